@@ -1,0 +1,59 @@
+# `make check`: the health suite against this machine. `make test`: the project's own tests.
+# Both set up everything they need on a fresh Debian/Ubuntu machine (as root: apt packages).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+TOOLS  := .tools
+PYTEST_ARGS ?=
+APT_PACKAGES := python3 python3-venv gcc make nodejs npm
+
+.PHONY: deps venv check report test lint clean
+
+deps:
+	@missing=""; \
+	for cmd in $(PYTHON) gcc node npm; do command -v $$cmd >/dev/null || missing="$$missing $$cmd"; done; \
+	$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || missing="$$missing venv"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing system packages (missing:$$missing)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	  else echo "missing:$$missing - install: $(APT_PACKAGES)" >&2; exit 1; fi; \
+	fi
+
+$(STAMP): pyproject.toml | deps
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(STAMP)
+
+# The health suite on this machine (local://). Exit status is the suite's; reports are written
+# either way: reports/junit.xml, reports/allure-results/, reports/verdicts.json, reports/facts/.
+check: venv
+	@rc=0; $(BIN)/pytest $(PYTEST_ARGS) || rc=$$?; \
+	$(MAKE) --no-print-directory report || true; exit $$rc
+
+$(TOOLS)/node_modules/.bin/allure: | deps
+	mkdir -p $(TOOLS)
+	npm install --silent --no-audit --no-fund --prefix $(TOOLS) allure@3 >/dev/null
+
+# Render reports/allure-results as HTML (Allure 3 from npm, offline).
+report: $(TOOLS)/node_modules/.bin/allure
+	@if [ -d reports/allure-results ]; then \
+	  $(TOOLS)/node_modules/.bin/allure generate reports/allure-results -o reports/allure-report >/dev/null && \
+	  echo "HTML report: $(CURDIR)/reports/allure-report/index.html"; \
+	else echo "no reports/allure-results yet: run make check first"; fi
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check src selftest tests
+	$(BIN)/yamllint -s .
+
+test: venv lint
+	$(BIN)/pytest selftest $(PYTEST_ARGS)
+
+clean:
+	rm -rf reports/allure-results reports/allure-report reports/facts reports/*.xml reports/*.json

@@ -1,0 +1,230 @@
+"""Per-SKU limit profiles and the inventory vars that override them.
+
+Profiles are validated when the run starts, so a typo in a YAML file is one usage error that
+names the file and key instead of hundreds of broken tests.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A bad profile or inventory; the message names the file (or host) and the key."""
+
+
+_INT = (int,)
+_NUM = (int, float)
+
+# key -> (accepted types, may be null, what it means). Units are in the key names.
+PROFILE_KEYS: dict[str, tuple[tuple[type, ...], bool, str]] = {
+    "description": ((str,), True, "human description of the SKU"),
+    "extends": ((str,), True, "profile this one builds on"),
+    "match": ((list,), True, "regular expressions matched against the GPU product name"),
+    "gpu_count": (_INT, True, "GPUs expected per node"),
+    "min_driver_version": ((str,), False, "lowest acceptable driver, e.g. '570' or '570.124.06'"),
+    "require_recovery_action": ((bool,), False, "fail when the driver cannot report it"),
+    "require_ecc": ((bool,), False, "fail when ECC is off or unsupported"),
+    "require_persistence_mode": ((bool,), False, "fail when persistence mode is off"),
+    "vbios_prefix": ((str,), True, "every GPU's VBIOS version must start with this"),
+    "max_ecc_uncorrected_volatile": (_INT, False, "uncorrectable ECC since driver load"),
+    "max_ecc_uncorrected_aggregate": (_INT, False, "uncorrectable ECC over the GPU's life"),
+    "max_ecc_corrected_volatile": (_INT, True, "correctable ECC since driver load"),
+    "max_ecc_corrected_aggregate": (_INT, True, "correctable ECC over the GPU's life"),
+    "max_retired_pages": (_INT, False, "retired pages (pre-Ampere) before an RMA"),
+    "temp_warn_c": (_NUM, False, "GPU temperature that gives a warning"),
+    "temp_fail_c": (_NUM, False, "GPU temperature that fails the node"),
+    "min_slowdown_margin_c": (_NUM, False, "required headroom to the GPU's slowdown point"),
+    "max_power_over_limit_pct": (_NUM, False, "power draw tolerated above the enforced limit"),
+    "min_power_limit_w": (_NUM, True, "enforced power limit below this means a capped GPU"),
+    "pcie_gen_expected": (_INT, True, "PCIe generation the link must reach"),
+    "pcie_width_expected": (_INT, True, "PCIe lanes the link must have"),
+    "nvlink_links_expected": (_INT, True, "NVLink links that must be up (0: none)"),
+    "expect_idle": ((bool,), False, "the node must run no compute processes"),
+    "max_idle_memory_used_mib": (_NUM, False, "GPU memory in use tolerated on an idle node"),
+}
+
+# Keys an inventory may not override through gpu_thresholds (they describe the profile itself).
+_PROFILE_ONLY = {"description", "extends", "match"}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A resolved profile: its name and every key of PROFILE_KEYS with a value."""
+
+    name: str
+    limits: dict[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.limits[key]
+
+
+def _check_key(where: str, key: str, value: Any) -> None:
+    if key not in PROFILE_KEYS:
+        hint = difflib.get_close_matches(key, PROFILE_KEYS, n=1)
+        more = f" (did you mean {hint[0]!r}?)" if hint else ""
+        raise ConfigError(f"{where}: unknown key {key!r}{more}")
+    types, nullable, _ = PROFILE_KEYS[key]
+    if value is None:
+        if not nullable:
+            raise ConfigError(f"{where}: key {key!r} may not be null")
+        return
+    if isinstance(value, bool) and bool not in types:
+        raise ConfigError(f"{where}: key {key!r} must be {types[0].__name__}, got {value!r}")
+    if key == "min_driver_version" and isinstance(value, int):
+        return
+    if not isinstance(value, types):
+        names = " or ".join(t.__name__ for t in types)
+        raise ConfigError(f"{where}: key {key!r} must be {names}, got {value!r}")
+    if key == "match":
+        for pattern in value:
+            try:
+                re.compile(str(pattern))
+            except re.error as exc:
+                raise ConfigError(f"{where}: key 'match': bad pattern {pattern!r}: {exc}") from exc
+
+
+class ProfileSet:
+    """All profiles known to a run: the packaged ones plus an optional user directory."""
+
+    def __init__(self, extra_dir: Path | None = None) -> None:
+        self._raw: dict[str, tuple[str, dict[str, Any]]] = {}
+        packaged = resources.files("gpuhealth") / "profiles"
+        for entry in sorted(packaged.iterdir(), key=lambda e: e.name):
+            if entry.name.endswith(".yml"):
+                self._add(f"gpuhealth/profiles/{entry.name}", entry.read_text())
+        if extra_dir is not None:
+            if not extra_dir.is_dir():
+                raise ConfigError(f"{extra_dir}: profile directory does not exist")
+            for path in sorted(extra_dir.glob("*.yml")):
+                self._add(str(path), path.read_text())
+        self._resolved: dict[str, Profile] = {}
+        for name in self._raw:
+            self.get(name)
+
+    def _add(self, where: str, text: str) -> None:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{where}: not valid YAML: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: a profile must be a mapping of keys to limits")
+        for key, value in data.items():
+            _check_key(where, str(key), value)
+        name = Path(where).stem
+        self._raw[name] = (where, data)
+
+    @property
+    def names(self) -> list[str]:
+        """Known profile names, sorted."""
+        return sorted(self._raw)
+
+    def get(self, name: str, _chain: tuple[str, ...] = ()) -> Profile:
+        """Resolve a profile through its `extends` chain; unknown names are a ConfigError."""
+        if name in self._resolved:
+            return self._resolved[name]
+        if name not in self._raw:
+            raise ConfigError(f"unknown profile {name!r}; known profiles: {', '.join(self.names)}")
+        if name in _chain:
+            raise ConfigError(f"profile {name!r}: 'extends' loops through {' -> '.join(_chain)}")
+        where, data = self._raw[name]
+        parent = data.get("extends")
+        if parent is None and name != "default":
+            parent = "default"
+        limits: dict[str, Any] = {}
+        if parent is not None:
+            if parent not in self._raw:
+                raise ConfigError(f"{where}: extends unknown profile {parent!r}")
+            limits.update(self.get(parent, (*_chain, name)).limits)
+            limits["match"] = None
+        limits.update(data)
+        missing = [k for k in PROFILE_KEYS if k not in limits and k != "extends"]
+        if missing:
+            raise ConfigError(f"{where}: missing keys {', '.join(missing)}")
+        limits["min_driver_version"] = str(limits["min_driver_version"])
+        profile = Profile(name, limits)
+        self._resolved[name] = profile
+        return profile
+
+    def match(self, product_name: str | None) -> Profile:
+        """The profile whose `match` patterns fit the GPU product name, else `default`."""
+        if product_name:
+            for name in self.names:
+                patterns = self._raw[name][1].get("match") or []
+                if any(re.search(str(p), product_name) for p in patterns):
+                    return self.get(name)
+        return self.get("default")
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """What the inventory says about one host, validated."""
+
+    profile_name: str | None
+    gpu_count: int | None
+    overrides: dict[str, Any]
+
+
+def expectations_from_vars(
+    host: str, host_vars: dict[str, Any], profiles: ProfileSet
+) -> Expectations:
+    """Read and validate the gpuhealth inventory vars of one host.
+
+    `nvidia_driver_branch` is shared with the nvidia_driver role, so the branch a role installs
+    is the branch the driver gate expects.
+    """
+    where = f"inventory host {host}"
+    profile_name = host_vars.get("gpu_profile")
+    if profile_name is not None:
+        if not isinstance(profile_name, str):
+            raise ConfigError(f"{where}: gpu_profile must be a string, got {profile_name!r}")
+        try:
+            profiles.get(profile_name)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: gpu_profile: {exc}") from exc
+    gpu_count = host_vars.get("gpu_count")
+    if gpu_count is not None and (
+        isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 0
+    ):
+        raise ConfigError(f"{where}: gpu_count must be a whole number >= 0, got {gpu_count!r}")
+    overrides: dict[str, Any] = {}
+    thresholds = host_vars.get("gpu_thresholds") or {}
+    if not isinstance(thresholds, dict):
+        raise ConfigError(f"{where}: gpu_thresholds must be a mapping, got {thresholds!r}")
+    for key, value in thresholds.items():
+        if key in _PROFILE_ONLY:
+            raise ConfigError(f"{where}: gpu_thresholds: {key!r} cannot be overridden")
+        _check_key(f"{where}: gpu_thresholds", str(key), value)
+        overrides[str(key)] = value
+    branch = host_vars.get("nvidia_driver_branch")
+    if branch is not None:
+        if not re.fullmatch(r"\d+(\.\d+)*", str(branch)):
+            raise ConfigError(f"{where}: nvidia_driver_branch must look like '570', got {branch!r}")
+        overrides.setdefault("min_driver_version", str(branch))
+    if "expect_idle" in host_vars:
+        _check_key(where, "expect_idle", host_vars["expect_idle"])
+        overrides["expect_idle"] = host_vars["expect_idle"]
+    return Expectations(profile_name, gpu_count, overrides)
+
+
+def resolve_limits(
+    expectations: Expectations, profiles: ProfileSet, product_name: str | None
+) -> Profile:
+    """The limits for a host: the named profile (or the one matching its GPUs) plus overrides."""
+    if expectations.profile_name:
+        base = profiles.get(expectations.profile_name)
+    else:
+        base = profiles.match(product_name)
+    limits = dict(base.limits)
+    limits.update(expectations.overrides)
+    if expectations.gpu_count is not None:
+        limits["gpu_count"] = expectations.gpu_count
+    limits["min_driver_version"] = str(limits["min_driver_version"])
+    return Profile(base.name, limits)

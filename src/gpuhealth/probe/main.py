@@ -1,0 +1,92 @@
+"""The probe's entry point: gather everything about one node into one facts document.
+
+Order of sources: NVML (through nvidia-ml-py), then `nvidia-smi -q -x`, then what /proc and
+/sys say without a driver. A failing source is recorded in `errors` and the next one is tried;
+the probe itself never fails.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from gpuhealth.parsers import ParseError, nvidia_smi_xml
+from gpuhealth.probe import command, nvml, system
+from gpuhealth.probe.schema import PROBE_VERSION, SCHEMA_VERSION
+
+DEFAULT_CONFIG: dict[str, Any] = {
+    "root": "/",
+    "nvml_call_timeout_s": 5.0,
+    "nvidia_smi_timeout_s": 60.0,
+}
+
+
+def _from_nvidia_smi(timeout_s: float, errors: list[dict[str, Any]]) -> dict[str, Any] | None:
+    result = command.run(["nvidia-smi", "-q", "-x"], timeout_s)
+    if result.error or result.rc != 0:
+        detail = (
+            result.error or f"exit {result.rc}: {result.stderr.strip() or result.stdout.strip()}"
+        )
+        errors.append({"probe": "nvidia-smi", "error": detail[:500]})
+        return None
+    try:
+        parsed = nvidia_smi_xml.parse(result.stdout)
+    except ParseError as exc:
+        errors.append({"probe": "nvidia-smi", "error": f"unparsable -q -x output: {exc}"})
+        return None
+    errors.extend(parsed.pop("errors", []))
+    return parsed
+
+
+def collect(config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Build the facts document for the node this runs on."""
+    cfg = {**DEFAULT_CONFIG, **(config or {})}
+    root = cfg["root"]
+    started = time.monotonic()
+    errors: list[dict[str, Any]] = []
+    doc: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "probe_version": PROBE_VERSION,
+        "source": "none",
+        "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "duration_s": None,
+        "host": system.host_info(root),
+        "errors": errors,
+        "driver": None,
+        "pci": {"nvidia_gpus": system.nvidia_pci_gpus(root)},
+        "gpu_count": None,
+        "gpus": [],
+    }
+    gathered = nvml.collect(float(cfg["nvml_call_timeout_s"]), errors)
+    if gathered is not None:
+        doc["source"] = "nvml"
+    else:
+        gathered = _from_nvidia_smi(float(cfg["nvidia_smi_timeout_s"]), errors)
+        if gathered is not None:
+            doc["source"] = "nvidia-smi"
+    if gathered is not None:
+        doc.update(gathered)
+    else:
+        version = system.proc_driver_version(root)
+        doc["driver"] = {
+            "loaded": version is not None,
+            "version": version or None,
+            "cuda_driver_version": None,
+            "nvml_version": None,
+            "unavailable": {
+                "version": {
+                    "kind": "error" if version is not None else "absent",
+                    "detail": "; ".join(e["error"] for e in errors) or "no NVIDIA driver",
+                }
+            },
+        }
+    doc["duration_s"] = round(time.monotonic() - started, 3)
+    return doc
+
+
+def main(config: dict[str, Any] | None = None) -> None:
+    """Print the facts document as one JSON line."""
+    sys.stdout.write(json.dumps(collect(config), sort_keys=True) + "\n")
+    sys.stdout.flush()

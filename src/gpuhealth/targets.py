@@ -1,0 +1,155 @@
+"""Which hosts a run checks, and what the inventory expects of each.
+
+Everything here happens before collection, from the command line and the inventory only: the
+expected topology must never come from probing, or a missing GPU would shorten the test list.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuhealth.config import ConfigError, Expectations, ProfileSet, expectations_from_vars
+from gpuhealth.probe.schema import SCHEMA_VERSION
+
+# GPU slots parametrised when nothing says how many GPUs a host should have: enough for the
+# 8-GPU nodes this tool is for; more GPUs than slots fail the gpu_count check with a hint.
+UNKNOWN_GPU_SLOTS = 8
+
+
+@dataclass
+class Target:
+    """One host of the run: its test id, how to reach it (or its saved facts), what to expect."""
+
+    name: str
+    expectations: Expectations
+    host: Any = None
+    facts_file: Path | None = None
+    python: str = "python3"
+    host_vars: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gpu_slots(self) -> int:
+        """How many per-GPU test ids this host gets."""
+        if self.expectations.gpu_count is not None:
+            return self.expectations.gpu_count
+        return UNKNOWN_GPU_SLOTS
+
+
+def _interpreter(host_vars: dict[str, Any], local: bool) -> str:
+    configured = host_vars.get("gpuhealth_python") or host_vars.get("ansible_python_interpreter")
+    if configured and not str(configured).startswith("auto"):
+        return str(configured)
+    # On this machine the controller's own interpreter is the one with nvidia-ml-py.
+    return sys.executable if local else "python3"
+
+
+def _expectations(
+    name: str, host_vars: dict[str, Any], profiles: ProfileSet, cli: dict[str, Any]
+) -> Expectations:
+    merged = dict(host_vars)
+    if cli.get("profile") and "gpu_profile" not in merged:
+        merged["gpu_profile"] = cli["profile"]
+    if cli.get("expected_gpus") is not None:
+        merged["gpu_count"] = cli["expected_gpus"]
+    return expectations_from_vars(name, merged, profiles)
+
+
+def _inventory_vars(inventory: str | None) -> Any:
+    if not inventory:
+        return None
+    from testinfra.utils.ansible_runner import AnsibleRunner
+
+    if not Path(inventory).exists():
+        raise ConfigError(f"inventory {inventory}: no such file or directory")
+    return AnsibleRunner.get_runner(inventory)
+
+
+def live_targets(
+    specs: list[str], connection_kwargs: dict[str, Any], profiles: ProfileSet, cli: dict[str, Any]
+) -> list[Target]:
+    """Targets for `--hosts` (testinfra syntax), with inventory vars where there are any."""
+    import testinfra
+
+    runner = _inventory_vars(cli.get("inventory"))
+    try:
+        hosts = testinfra.get_hosts(specs, **connection_kwargs)
+    except Exception as exc:
+        raise ConfigError(f"--hosts {','.join(specs)}: {exc}") from exc
+    targets = []
+    for host in hosts:
+        backend = host.backend
+        local = backend.get_connection_type() == "local"
+        name = socket.gethostname() if local else backend.get_hostname()
+        if backend.get_connection_type() == "ansible":
+            host_vars = backend.get_variables()
+        elif runner is not None and name in runner.get_hosts("all"):
+            host_vars = runner.get_variables(name)
+        else:
+            host_vars = {}
+        targets.append(
+            Target(
+                name=name,
+                expectations=_expectations(name, host_vars, profiles, cli),
+                host=host,
+                python=_interpreter(host_vars, local),
+                host_vars=host_vars,
+            )
+        )
+    names = [t.name for t in targets]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"--hosts names the same host twice: {', '.join(duplicates)}")
+    return sorted(targets, key=lambda t: t.name)
+
+
+def offline_targets(folder: Path, profiles: ProfileSet, cli: dict[str, Any]) -> list[Target]:
+    """Targets for `--facts DIR`: one per saved facts document, named after the file."""
+    if not folder.is_dir():
+        raise ConfigError(f"--facts {folder}: not a directory")
+    files = sorted(folder.glob("*.json"))
+    if not files:
+        raise ConfigError(f"--facts {folder}: no *.json facts documents in it")
+    runner = _inventory_vars(cli.get("inventory"))
+    known = set(runner.get_hosts("all")) if runner is not None else set()
+    targets = []
+    for path in files:
+        name = path.stem
+        host_vars = runner.get_variables(name) if name in known else {}
+        targets.append(
+            Target(
+                name=name,
+                expectations=_expectations(name, host_vars, profiles, cli),
+                facts_file=path,
+                host_vars=host_vars,
+            )
+        )
+    return targets
+
+
+class FactsFileError(ValueError):
+    """A saved facts document that cannot be used; names the file and what is wrong."""
+
+
+def load_facts(path: Path) -> dict[str, Any]:
+    """Read and sanity-check a saved facts document."""
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        raise FactsFileError(f"{path}: cannot read: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise FactsFileError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from exc
+    if not isinstance(doc, dict):
+        raise FactsFileError(f"{path}: a facts document must be a JSON object")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise FactsFileError(
+            f"{path}: schema_version {doc.get('schema_version')!r}, this gpuhealth reads "
+            f"{SCHEMA_VERSION}"
+        )
+    if not isinstance(doc.get("gpus"), list):
+        raise FactsFileError(f"{path}: 'gpus' must be a list")
+    return doc

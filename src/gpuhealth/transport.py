@@ -1,0 +1,125 @@
+"""Ship the probe to a node and bring its facts document back, in one round trip.
+
+The probe is a package of several stdlib-only modules. They travel inside the command line as
+one compressed payload, and a few lines of bootstrap code serve them to `import` from memory on
+the node, so nothing is installed or written there.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+import threading
+import zlib
+from importlib import resources
+from typing import Any
+
+from gpuhealth.probe.schema import SCHEMA_VERSION
+
+SHIPPED_PACKAGES = ("gpuhealth", "gpuhealth.probe", "gpuhealth.parsers")
+
+_BOOTSTRAP = """\
+import base64, importlib.abc, importlib.util, json, os, sys, zlib
+b = json.loads(zlib.decompress(base64.b64decode(sys.argv[1])))
+S, P = b["modules"], set(b["packages"])
+class L(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        if name in S:
+            return importlib.util.spec_from_loader(name, self, is_package=name in P)
+    def create_module(self, spec):
+        return None
+    def exec_module(self, m):
+        exec(compile(S[m.__name__], "<gpuhealth>/" + m.__name__, "exec"), m.__dict__)
+sys.meta_path.insert(0, L())
+from gpuhealth.probe.main import main
+main(b["config"])
+os._exit(0)
+"""
+
+
+class ProbeError(RuntimeError):
+    """The probe could not be run or returned nothing usable; `unreachable` says which."""
+
+    def __init__(self, message: str, unreachable: bool) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
+
+
+def _module_sources() -> dict[str, str]:
+    sources: dict[str, str] = {}
+    for package in SHIPPED_PACKAGES:
+        folder = resources.files(package)
+        for entry in folder.iterdir():
+            if entry.name.endswith(".py") and entry.name != "__main__.py":
+                stem = entry.name[:-3]
+                name = package if stem == "__init__" else f"{package}.{stem}"
+                sources[name] = entry.read_text()
+    return sources
+
+
+def probe_command(config: dict[str, Any], python: str = "python3", timeout_s: float = 120) -> str:
+    """The shell command that runs the probe on a node, bounded by `timeout` there too."""
+    payload = {"modules": _module_sources(), "packages": list(SHIPPED_PACKAGES), "config": config}
+    blob = base64.b64encode(zlib.compress(json.dumps(payload).encode(), 9)).decode()
+    return (
+        f"timeout -k 5 {int(timeout_s)} {shlex.quote(python)} -c {shlex.quote(_BOOTSTRAP)} {blob}"
+    )
+
+
+def parse_output(stdout: str) -> dict[str, Any]:
+    """The facts document from the probe's stdout (the last JSON line; login banners precede)."""
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                doc = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ProbeError(f"probe printed broken JSON: {exc}", unreachable=False) from exc
+            if doc.get("schema_version") != SCHEMA_VERSION:
+                raise ProbeError(
+                    f"probe answered schema_version {doc.get('schema_version')!r}, "
+                    f"expected {SCHEMA_VERSION}",
+                    unreachable=False,
+                )
+            return doc
+    raise ProbeError("probe printed no facts document", unreachable=False)
+
+
+def run_probe(
+    host: Any, config: dict[str, Any], python: str = "python3", timeout_s: float = 120
+) -> dict[str, Any]:
+    """Run the probe over a testinfra host and return its facts document.
+
+    The call is also bounded on the controller, in case the transport itself hangs.
+    """
+    command = probe_command(config, python, timeout_s)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = host.run(command)
+        except Exception as exc:
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(timeout_s + 30)
+    if worker.is_alive():
+        raise ProbeError(f"no answer within {timeout_s + 30:g} s", unreachable=True)
+    if "error" in box:
+        raise ProbeError(f"connection failed: {box['error']}", unreachable=True)
+    result = box["result"]
+    if result.rc == 255 and not result.stdout:
+        raise ProbeError(f"ssh failed: {result.stderr.strip()[-500:]}", unreachable=True)
+    if result.rc == 124:
+        raise ProbeError(f"probe killed after {timeout_s:g} s on the node", unreachable=False)
+    if result.rc == 127:
+        raise ProbeError(
+            f"{python} or timeout not found on the node: {result.stderr.strip()[-300:]}",
+            unreachable=False,
+        )
+    if result.rc != 0:
+        raise ProbeError(
+            f"probe exited {result.rc}: {result.stderr.strip()[-800:]}", unreachable=False
+        )
+    return parse_output(result.stdout)
