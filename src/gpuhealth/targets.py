@@ -32,11 +32,15 @@ class Target:
     python: str = "python3"
     host_vars: dict[str, Any] = field(default_factory=dict)
 
+    profile_gpu_count: int | None = None
+
     @property
     def gpu_slots(self) -> int:
-        """How many per-GPU test ids this host gets."""
-        if self.expectations.gpu_count is not None:
-            return self.expectations.gpu_count
+        """How many per-GPU test ids this host gets: the inventory's count, else its named
+        profile's, else a fixed number of slots (never what the node happens to show)."""
+        for count in (self.expectations.gpu_count, self.profile_gpu_count):
+            if count is not None:
+                return count
         return UNKNOWN_GPU_SLOTS
 
 
@@ -46,6 +50,12 @@ def _interpreter(host_vars: dict[str, Any], local: bool) -> str:
         return str(configured)
     # On this machine the controller's own interpreter is the one with nvidia-ml-py.
     return sys.executable if local else "python3"
+
+
+def _profile_count(expectations: Expectations, profiles: ProfileSet) -> int | None:
+    if expectations.profile_name is None:
+        return None
+    return profiles.get(expectations.profile_name)["gpu_count"]
 
 
 def _expectations(
@@ -91,10 +101,12 @@ def live_targets(
             host_vars = runner.get_variables(name)
         else:
             host_vars = {}
+        expectations = _expectations(name, host_vars, profiles, cli)
         targets.append(
             Target(
                 name=name,
-                expectations=_expectations(name, host_vars, profiles, cli),
+                expectations=expectations,
+                profile_gpu_count=_profile_count(expectations, profiles),
                 host=host,
                 python=_interpreter(host_vars, local),
                 host_vars=host_vars,
@@ -120,10 +132,12 @@ def offline_targets(folder: Path, profiles: ProfileSet, cli: dict[str, Any]) -> 
     for path in files:
         name = path.stem
         host_vars = runner.get_variables(name) if name in known else {}
+        expectations = _expectations(name, host_vars, profiles, cli)
         targets.append(
             Target(
                 name=name,
-                expectations=_expectations(name, host_vars, profiles, cli),
+                expectations=expectations,
+                profile_gpu_count=_profile_count(expectations, profiles),
                 facts_file=path,
                 host_vars=host_vars,
             )
