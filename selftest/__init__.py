@@ -1,0 +1,1 @@
+"""Tests of the test doubles and the probe against them (no GPU needed)."""

@@ -1,0 +1,84 @@
+"""Run the real health suite (../tests with ../pytest.ini) in a subprocess and read its reports.
+
+Subprocesses, not pytester: the suite must be exercised exactly as users run it, with its own
+ini file, plugins, xdist workers and report files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class SuiteRun:
+    """The outcome of one suite run: exit code, output and parsed reports."""
+
+    rc: int
+    output: str
+    reports: Path
+
+    @property
+    def verdicts(self) -> dict[str, Any]:
+        return json.loads((self.reports / "verdicts.json").read_text())
+
+    def outcomes(self) -> dict[str, str]:
+        """Test id -> passed/failed/skipped/error, from the JUnit XML."""
+        tree = ET.parse(self.reports / "junit.xml")
+        result = {}
+        for case in tree.iter("testcase"):
+            name = case.get("name", "")
+            status = "passed"
+            for child in case:
+                if child.tag in ("failure", "error", "skipped"):
+                    status = {"failure": "failed"}.get(child.tag, child.tag)
+            result[name] = status
+        return result
+
+    def messages(self) -> dict[str, str]:
+        """Test id -> failure/skip message, from the JUnit XML."""
+        tree = ET.parse(self.reports / "junit.xml")
+        found = {}
+        for case in tree.iter("testcase"):
+            for child in case:
+                if child.tag in ("failure", "error", "skipped"):
+                    found[case.get("name", "")] = child.get("message", "") + (child.text or "")
+        return found
+
+
+def run_suite(
+    reports: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> SuiteRun:
+    """Run `pytest` on the health suite with all report files under `reports`."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-c",
+        str(REPO / "pytest.ini"),
+        "--rootdir",
+        str(REPO),
+        f"--junitxml={reports / 'junit.xml'}",
+        f"--alluredir={reports / 'allure-results'}",
+        f"--verdicts={reports / 'verdicts.json'}",
+        f"--save-facts={reports / 'facts'}",
+        str(REPO / "tests"),
+        *args,
+    ]
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
+    return SuiteRun(proc.returncode, proc.stdout + proc.stderr, reports)

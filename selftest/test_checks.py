@@ -1,0 +1,344 @@
+"""The pure checks, on facts parsed from the real nvidia-smi samples (and edits of them)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuhealth import checks
+from gpuhealth.config import Expectations, ProfileSet, resolve_limits
+from gpuhealth.evidence import facts_from_file
+
+DATA = Path(__file__).parent / "data" / "nvidia-smi"
+PROFILES = ProfileSet()
+H100_TEXT = DATA / "gpud_h100x8_535.161.08_query.txt"
+
+
+def sample(name: str, live: bool = True) -> dict[str, Any]:
+    """Facts from a real sample; `live` makes it look like a probe result, not a saved log."""
+    facts = facts_from_file(DATA / name)[1]
+    if live:
+        facts["source"] = "nvml"
+    return facts
+
+
+def healthy_h100() -> dict[str, Any]:
+    """The 8x H100 sample with its HW slowdown cleared and an r570 recovery action of NONE."""
+    facts = sample(H100_TEXT.name)
+    facts["driver"]["version"] = "570.86.15"
+    for gpu in facts["gpus"]:
+        gpu["clock_event_reasons"] = {"active": [], "mask": 0}
+        gpu["recovery_action"] = 0
+        gpu["nvlink"] = [{"link": n, "up": True} for n in range(18)]
+        gpu["unavailable"] = {"retired_pages": gpu["unavailable"]["retired_pages"]}
+    return facts
+
+
+def view(facts: dict[str, Any], profile: str | None = "h100-sxm", **overrides: Any):
+    gpu_count = overrides.pop("gpu_count", None)
+    limits = resolve_limits(Expectations(profile, gpu_count, overrides), PROFILES, None)
+    return checks.NodeView("node17", facts, limits)
+
+
+def run(name: str, facts: dict[str, Any], index: int | None = None, **kw: Any) -> checks.Result:
+    return checks.evaluate(name, view(facts, **kw), index)
+
+
+def test_healthy_baseline_passes_every_check():
+    facts = healthy_h100()
+    for name in checks.names("node"):
+        assert run(name, facts).status == "PASS", name
+    for index in range(8):
+        for name in checks.names("gpu"):
+            status = run(name, facts, index).status
+            expected = "SKIP" if name == "retired_pages" else "PASS"
+            assert status == expected, (name, index, run(name, facts, index).message)
+
+
+def test_h100_sample_with_hw_slowdown_fails_throttle_on_all_8_gpus():
+    facts = sample(H100_TEXT.name)
+    results = [run("throttle", facts, i) for i in range(8)]
+    assert [r.status for r in results] == ["FAIL"] * 8
+    first = results[0].message
+    assert first.startswith(
+        "node17 gpu0 (GPU-ee7954ec-da95-fd7a-ddfd-c6b32cc2f8aa, serial 1650124031592"
+    )
+    assert "hw_slowdown" in first and "hw_power_brake_slowdown" in first
+    assert "Action:" in first
+
+
+@pytest.mark.parametrize(
+    ("version", "minimum", "status"),
+    [
+        ("570.86.15", "570", "PASS"),
+        ("580.65.06", "570", "PASS"),
+        ("565.57.01", "570", "FAIL"),
+        ("535.161.08", "570", "FAIL"),
+        ("570.86.15", "570.124.06", "FAIL"),
+        ("570.133.20", "570.124.06", "PASS"),
+    ],
+)
+def test_driver_gate_compares_versions_numerically(version, minimum, status):
+    facts = healthy_h100()
+    facts["driver"]["version"] = version
+    result = run("driver_version", facts, min_driver_version=minimum)
+    assert result.status == status, result.message
+    if status == "FAIL":
+        assert f"driver {version} is older than the required {minimum}" in result.message
+
+
+@pytest.mark.parametrize(
+    ("name", "driver"),
+    [
+        ("telegraf_tesla-t4_515.105.01_v11.xml", "515.105.01"),
+        ("gpud_h100x8_535.161.08_query.txt", "535.161.08"),
+        ("gpud_titanv_560.35.03_query.txt", "560.35.03"),
+        ("telegraf_a100-sxm4-80gb_535.54.03_mig_v12.xml", "535.54.03"),
+    ],
+)
+def test_old_driver_samples_fail_the_gate(name, driver):
+    result = run("driver_version", sample(name), profile=None)
+    assert result.status == "FAIL"
+    assert driver in result.message
+
+
+def test_rtx3060_on_570_passes_recovery_action_and_driver_gate():
+    facts = sample("telegraf_rtx3060_570.124.04_v12.xml")
+    assert run("recovery_action", facts, 0, profile=None).status == "PASS"
+    assert run("driver_version", facts, profile=None).status == "PASS"
+
+
+@pytest.mark.parametrize(
+    ("value", "name", "advice"),
+    [
+        (1, "GPU_RESET", "reset the GPU"),
+        (2, "NODE_REBOOT", "reboot"),
+        (3, "DRAIN_P2P", "peer-to-peer"),
+        (4, "DRAIN_AND_RESET", "drain the node"),
+        (5, "UNKNOWN(5)", "NVIDIA support"),
+    ],
+)
+def test_recovery_action_other_than_none_fails_naming_it(value, name, advice):
+    facts = healthy_h100()
+    facts["gpus"][5]["recovery_action"] = value
+    result = run("recovery_action", facts, 5)
+    assert result.status == "FAIL"
+    assert f"GPU recovery action is {name} ({value}), expected NONE" in result.message
+    assert advice in result.action
+    assert run("recovery_action", facts, 4).status == "PASS"
+
+
+def test_recovery_action_unsupported_fails_only_where_the_profile_requires_it():
+    facts = sample(H100_TEXT.name)  # driver 535: not_supported
+    assert run("recovery_action", facts, 0).status == "FAIL"
+    result = run("recovery_action", facts, 0, require_recovery_action=False)
+    assert result.status == "SKIP"
+    assert "predates the GPU recovery action" in result.message
+
+
+def test_uncorrectable_ecc_fails_with_counts_and_action():
+    facts = healthy_h100()
+    facts["gpus"][3]["ecc"]["volatile"]["uncorrected"] = 2
+    result = run("ecc_errors", facts, 3)
+    assert result.status == "FAIL"
+    assert "volatile uncorrected ECC errors 2 > 0" in result.message
+    assert "RMA" in result.action
+    assert run("ecc_errors", facts, 3, max_ecc_uncorrected_volatile=2).status == "PASS"
+
+
+def test_corrected_ecc_above_limit_fails():
+    facts = healthy_h100()
+    facts["gpus"][0]["ecc"]["volatile"]["corrected"] = 20000
+    assert run("ecc_errors", facts, 0).status == "FAIL"
+
+
+def test_ecc_off_fails_on_datacenter_profile_and_skips_on_default():
+    facts = sample("telegraf_rtx4000-sff-ada_595.84_v13.xml")
+    assert run("ecc_errors", facts, 0, profile="l40s").status == "FAIL"
+    assert run("ecc_errors", facts, 0, profile=None).status == "SKIP"
+
+
+def test_t4_retired_pages_pass_and_pending_fails():
+    facts = sample("telegraf_tesla-t4_515.105.01_v11.xml")
+    assert run("retired_pages", facts, 0, profile=None).status == "PASS"
+    facts["gpus"][0]["retired_pages"]["pending"] = True
+    result = run("retired_pages", facts, 0, profile=None)
+    assert result.status == "FAIL" and "pending" in result.message
+
+
+@pytest.mark.parametrize(("key", "word"), [("pending", "reset"), ("failure", "RMA")])
+def test_row_remapping_pending_or_failed_fails(key, word):
+    facts = healthy_h100()
+    facts["gpus"][1]["remapped_rows"][key] = True
+    result = run("row_remapping", facts, 1)
+    assert result.status == "FAIL"
+    assert word in result.action
+
+
+def test_row_remapping_not_supported_skips_with_reason():
+    result = run("row_remapping", sample("gpud_titanv_560.35.03_query.txt"), 0, profile=None)
+    assert result.status == "SKIP" and "not supported" in result.message
+
+
+@pytest.mark.parametrize(
+    ("temp", "status", "text"),
+    [
+        (40, "PASS", "temperature 40 C"),
+        (78, "WARN", ">= warning level 75 C"),
+        (91, "FAIL", ">= limit 85 C"),
+    ],
+)
+def test_temperature_levels(temp, status, text):
+    facts = healthy_h100()
+    facts["gpus"][2]["temperature_c"] = temp
+    result = run("temperature", facts, 2)
+    assert result.status == status and text in result.message
+
+
+def test_temperature_too_close_to_the_gpus_own_slowdown_point_fails():
+    facts = healthy_h100()
+    gpu = facts["gpus"][2]
+    gpu["temperature_c"], gpu["temp_slowdown_c"] = 70, 73
+    result = run("temperature", facts, 2)
+    assert result.status == "FAIL" and "slowdown point 73 C" in result.message
+
+
+def test_sw_power_cap_only_warns():
+    facts = healthy_h100()
+    facts["gpus"][0]["clock_event_reasons"]["active"] = ["sw_power_cap"]
+    assert run("throttle", facts, 0).status == "WARN"
+
+
+def test_power_capped_below_sku_fails_and_overdraw_fails():
+    facts = healthy_h100()
+    facts["gpus"][0]["power_limit_w"] = 500.0
+    assert "below the SKU's 700 W" in run("power", facts, 0).message
+    facts = healthy_h100()
+    facts["gpus"][0]["power_draw_w"] = 760.0
+    assert run("power", facts, 0).status == "FAIL"
+
+
+def test_pcie_downtrained_width_fails_and_idle_gen_drop_passes():
+    facts = healthy_h100()
+    facts["gpus"][0]["pcie"]["width_current"] = 8
+    result = run("pcie_link", facts, 0)
+    assert result.status == "FAIL" and "x8, expected x16" in result.message
+    facts = healthy_h100()
+    facts["gpus"][0]["pcie"]["gen_current"] = 1
+    assert run("pcie_link", facts, 0).status == "WARN"
+    facts["gpus"][0]["clock_event_reasons"]["active"] = ["gpu_idle"]
+    assert run("pcie_link", facts, 0).status == "PASS"
+
+
+def test_nvlink_link_down_fails_naming_the_link():
+    facts = healthy_h100()
+    facts["gpus"][6]["nvlink"][11]["up"] = False
+    result = run("nvlink", facts, 6)
+    assert result.status == "FAIL" and "17 of 18 NVLink links up (links down: 11)" in result.message
+
+
+def test_nvlink_expected_but_unsupported_fails_and_pcie_profiles_skip():
+    facts = sample("telegraf_rtx3060_570.124.04_v12.xml")
+    assert run("nvlink", facts, 0, profile="l4").status == "SKIP"
+    facts["gpus"][0]["unavailable"]["nvlink"] = {"kind": "not_supported", "detail": "PCIe board"}
+    assert run("nvlink", facts, 0, profile="h100-sxm").status == "FAIL"
+
+
+def test_stray_processes_fail_with_pids():
+    result = run("idle_processes", sample("telegraf_tesla-t4_515.105.01_v11.xml"), 0, profile=None)
+    assert result.status == "FAIL" and "pid 5762 (python, 1005 MiB)" in result.message
+    facts = sample("telegraf_tesla-t4_515.105.01_v11.xml")
+    assert run("idle_processes", facts, 0, profile=None, expect_idle=False).status == "SKIP"
+
+
+def test_missing_gpu_fails_every_gpu_check_of_its_index():
+    facts = healthy_h100()
+    del facts["gpus"][7]
+    facts["gpu_count"] = 7
+    assert run("gpu_count", facts).message.startswith("node17: expected 8 GPUs, found 7.")
+    for name in checks.names("gpu"):
+        result = run(name, facts, 7)
+        assert result.status == "FAIL"
+        assert "expected 8 GPUs, found 7: GPU index 7 missing on node17" in result.message
+
+
+def test_no_gpu_machine_skips_unless_gpus_are_expected():
+    facts = {
+        "schema_version": 1,
+        "source": "none",
+        "driver": {"loaded": False, "version": None},
+        "pci": {"nvidia_gpus": []},
+        "gpu_count": None,
+        "gpus": [],
+    }
+    for name in checks.names("node"):
+        assert run(name, facts, profile=None).message == "node17: no NVIDIA GPU/driver on node17"
+    assert run("temperature", facts, 0, profile=None).status == "SKIP"
+    assert run("gpu_count", facts, profile=None, gpu_count=8).message.startswith(
+        "node17: expected 8 GPUs, found 0; 0 NVIDIA GPUs on the PCI bus. Action:"
+    )
+    assert run("driver_version", facts, profile=None, gpu_count=8).status == "FAIL"
+
+
+def test_gpus_on_the_bus_without_driver_fail_the_driver_gate():
+    facts = {
+        "driver": {"loaded": False},
+        "pci": {"nvidia_gpus": ["00000000:19:00.0"] * 8},
+        "gpus": [],
+    }
+    result = run("driver_version", facts, profile=None)
+    assert (
+        result.status == "FAIL"
+        and "8 NVIDIA GPUs on the PCI bus but no NVIDIA driver" in result.message
+    )
+
+
+def test_truncated_evidence_is_not_evaluated_not_passed():
+    facts = sample("gpud_h100_535.183.01_query_truncated.txt", live=False)
+    result = run("ecc_errors", facts, 5)
+    assert result.status == "SKIP" and "not evaluated" in result.message
+
+
+@pytest.mark.parametrize("kind", ["error", "timeout"])
+def test_data_the_probe_failed_to_get_fails(kind):
+    facts = healthy_h100()
+    gpu = facts["gpus"][4]
+    gpu["temperature_c"] = None
+    gpu["unavailable"]["temperature_c"] = {"kind": kind, "detail": "nvmlDeviceGetTemperature hung"}
+    result = run("temperature", facts, 4)
+    assert result.status == "FAIL"
+    assert "could not read GPU temperature: nvmlDeviceGetTemperature hung" in result.message
+
+
+def test_null_without_reason_is_a_failure_not_a_pass():
+    facts = healthy_h100()
+    facts["gpus"][0]["recovery_action"] = None
+    assert run("recovery_action", facts, 0).status == "FAIL"
+
+
+def test_mixed_vbios_families_fail_uniformity():
+    facts = healthy_h100()
+    facts["gpus"][3]["vbios_version"] = "97.00.01.00.01"
+    result = run("gpu_uniformity", facts)
+    assert result.status == "FAIL" and "gpu3 97.00.01.00.01" in result.message
+    assert run("gpu_uniformity", healthy_h100(), vbios_prefix="96.00.74").status == "PASS"
+    assert run("gpu_uniformity", healthy_h100(), vbios_prefix="96.00.99").status == "FAIL"
+
+
+def test_persistence_mode_off_fails():
+    facts = healthy_h100()
+    facts["gpus"][2]["persistence_mode"] = False
+    assert "persistence mode off on gpu2" in run("persistence_mode", facts).message
+
+
+def test_checks_do_not_modify_the_facts():
+    facts = sample(H100_TEXT.name)
+    before = copy.deepcopy(facts)
+    for name in checks.names("node"):
+        run(name, facts)
+    for name in checks.names("gpu"):
+        run(name, facts, 0)
+    assert facts == before

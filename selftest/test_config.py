@@ -1,0 +1,124 @@
+"""Profiles and inventory vars: resolution, matching, and one clear error for bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuhealth.config import (
+    PROFILE_KEYS,
+    ConfigError,
+    Expectations,
+    ProfileSet,
+    expectations_from_vars,
+    resolve_limits,
+)
+
+PROFILES = ProfileSet()
+REQUIRED = [
+    "h100-sxm",
+    "h200-sxm",
+    "b200",
+    "gb200",
+    "a100-sxm-80gb",
+    "l40s",
+    "l4",
+    "a10g",
+    "default",
+]
+
+
+def test_required_profiles_exist_and_resolve_every_key():
+    assert set(REQUIRED) <= set(PROFILES.names)
+    for name in PROFILES.names:
+        limits = PROFILES.get(name).limits
+        assert set(PROFILE_KEYS) - {"extends"} <= set(limits), name
+
+
+@pytest.mark.parametrize(
+    ("product", "profile"),
+    [
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+        ("NVIDIA H200", "h200-sxm"),
+        ("NVIDIA B200", "b200"),
+        ("NVIDIA GB200", "gb200"),
+        ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA L4", "l4"),
+        ("NVIDIA A10G", "a10g"),
+        ("Tesla T4", "default"),
+        (None, "default"),
+    ],
+)
+def test_profile_is_matched_by_product_name(product, profile):
+    assert PROFILES.match(product).name == profile
+
+
+def test_inherited_and_overridden_values():
+    h200 = PROFILES.get("h200-sxm")
+    assert h200["nvlink_links_expected"] == 18 and h200["gpu_count"] == 8
+    assert h200["temp_fail_c"] == PROFILES.get("default")["temp_fail_c"]
+    expect = expectations_from_vars(
+        "n1", {"gpu_profile": "h100-sxm", "gpu_thresholds": {"temp_fail_c": 80}}, PROFILES
+    )
+    limits = resolve_limits(expect, PROFILES, "NVIDIA L4")
+    assert limits.name == "h100-sxm" and limits["temp_fail_c"] == 80
+
+
+def test_driver_branch_var_is_the_driver_gate_minimum():
+    expect = expectations_from_vars("n1", {"nvidia_driver_branch": "575"}, PROFILES)
+    assert resolve_limits(expect, PROFILES, None)["min_driver_version"] == "575"
+
+
+def test_inventory_gpu_count_overrides_the_profile():
+    limits = resolve_limits(Expectations("h100-sxm", 4, {}), PROFILES, None)
+    assert limits["gpu_count"] == 4
+
+
+@pytest.mark.parametrize(
+    ("host_vars", "message"),
+    [
+        ({"gpu_profile": "h100"}, "inventory host n3: gpu_profile: unknown profile 'h100'"),
+        ({"gpu_count": "eight"}, "inventory host n3: gpu_count must be a whole number"),
+        ({"gpu_count": -1}, "gpu_count must be a whole number >= 0"),
+        ({"gpu_thresholds": {"max_temp": 80}}, "unknown key 'max_temp'"),
+        ({"gpu_thresholds": {"temp_fail_c": "hot"}}, "key 'temp_fail_c' must be int or float"),
+        ({"gpu_thresholds": [1]}, "gpu_thresholds must be a mapping"),
+        ({"gpu_thresholds": {"match": ["x"]}}, "'match' cannot be overridden"),
+        ({"nvidia_driver_branch": "latest"}, "nvidia_driver_branch must look like '570'"),
+    ],
+)
+def test_bad_inventory_vars_name_host_and_key(host_vars, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        expectations_from_vars("n3", host_vars, PROFILES)
+
+
+def test_unknown_key_suggests_the_right_one(tmp_path):
+    (tmp_path / "mine.yml").write_text("extends: h100-sxm\ntemp_fail_cc: 80\n")
+    with pytest.raises(
+        ConfigError, match=r"mine.yml: unknown key 'temp_fail_cc' \(did you mean 'temp_fail_c'\?\)"
+    ):
+        ProfileSet(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("extends: nope\n", "extends unknown profile 'nope'"),
+        ("- a\n- b\n", "a profile must be a mapping"),
+        ("gpu_count: [8\n", "not valid YAML"),
+        ("require_ecc: 1\n", "key 'require_ecc' must be bool"),
+        ("gpu_count: true\n", "key 'gpu_count' must be int"),
+        ("match: ['(']\n", "bad pattern"),
+    ],
+)
+def test_bad_profile_files_are_one_clear_error(tmp_path, text, message):
+    (tmp_path / "bad.yml").write_text(text)
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        ProfileSet(tmp_path)
+
+
+def test_user_profile_directory_adds_profiles(tmp_path):
+    (tmp_path / "h100-lab.yml").write_text("extends: h100-sxm\ngpu_count: 4\ntemp_warn_c: 70\n")
+    profiles = ProfileSet(tmp_path)
+    assert profiles.get("h100-lab")["gpu_count"] == 4
+    assert profiles.get("h100-lab")["nvlink_links_expected"] == 18
