@@ -85,6 +85,15 @@ def parse_output(stdout: str) -> dict[str, Any]:
     raise ProbeError("probe printed no facts document", unreachable=False)
 
 
+def _connection_error(exc: BaseException) -> str:
+    # testinfra's ssh backend raises RuntimeError(CommandResult) when ssh exits 255.
+    result = exc.args[0] if exc.args else None
+    stderr = getattr(result, "stderr", None)
+    if isinstance(stderr, str) and stderr.strip():
+        return f"ssh failed: {stderr.strip()[-500:]}"
+    return f"connection failed: {type(exc).__name__}: {exc}"[:600]
+
+
 def run_probe(
     host: Any, config: dict[str, Any], python: str = "python3", timeout_s: float = 120
 ) -> dict[str, Any]:
@@ -107,7 +116,7 @@ def run_probe(
     if worker.is_alive():
         raise ProbeError(f"no answer within {timeout_s + 30:g} s", unreachable=True)
     if "error" in box:
-        raise ProbeError(f"connection failed: {box['error']}", unreachable=True)
+        raise ProbeError(_connection_error(box["error"]), unreachable=True)
     result = box["result"]
     if result.rc == 255 and not result.stdout:
         raise ProbeError(f"ssh failed: {result.stderr.strip()[-500:]}", unreachable=True)
