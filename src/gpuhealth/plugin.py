@@ -8,6 +8,7 @@ check results into pytest outcomes with Allure labels, and writes the per-node v
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,10 +98,33 @@ def pytest_configure(config: pytest.Config) -> None:
     }
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(Reporter(config), "gpuhealth-reporter")
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(XdistHostScheduling(), "gpuhealth-xdist")
 
 
-def _node_param(target: Target) -> Any:
-    return pytest.param(target.name, id=target.name, marks=pytest.mark.xdist_group(target.name))
+def host_of(nodeid: str) -> str:
+    """The host a test id belongs to: `test_x[n17-gpu3]` and `test_y[n17]` give `n17`."""
+    params = nodeid.rpartition("[")[2].rstrip("]")
+    match = re.fullmatch(r"(.+)-gpu\d+", params)
+    return match.group(1) if match else params
+
+
+class XdistHostScheduling:
+    """Keep every test of a host on one xdist worker: one connection and one probe per host.
+
+    (xdist's own loadgroup marks stopped taking effect with pytest 9.2, pytest-xdist#1386;
+    scheduling by scope is xdist's documented extension point and does not depend on them.)
+    """
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        from xdist.scheduler import LoadScopeScheduling
+
+        class HostScheduling(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return host_of(nodeid)
+
+        return HostScheduling(config, log)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -114,7 +138,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         ]
         metafunc.parametrize("gpu", params, indirect=True)
     elif "node" in metafunc.fixturenames:
-        metafunc.parametrize("node", [_node_param(t) for t in targets.values()], indirect=True)
+        params = [pytest.param(t.name, id=t.name) for t in targets.values()]
+        metafunc.parametrize("node", params, indirect=True)
 
 
 def _facts_for(config: pytest.Config, item: pytest.Item, name: str) -> dict[str, Any]:

@@ -7,6 +7,8 @@ expected topology must never come from probing, or a missing GPU would shorten t
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -69,6 +71,14 @@ def _expectations(
     return expectations_from_vars(name, merged, profiles)
 
 
+def ensure_ansible_on_path() -> None:
+    """testinfra runs `ansible-inventory` by name: make the one next to this Python findable
+    when the virtualenv was not activated (`.venv/bin/pytest ...`)."""
+    if shutil.which("ansible-inventory") is None:
+        here = str(Path(sys.executable).parent)
+        os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
+
+
 def _inventory_vars(inventory: str | None) -> Any:
     if not inventory:
         return None
@@ -76,7 +86,13 @@ def _inventory_vars(inventory: str | None) -> Any:
 
     if not Path(inventory).exists():
         raise ConfigError(f"inventory {inventory}: no such file or directory")
-    return AnsibleRunner.get_runner(inventory)
+    ensure_ansible_on_path()
+    runner = AnsibleRunner.get_runner(inventory)
+    try:
+        runner.get_hosts("all")
+    except AssertionError as exc:
+        raise ConfigError(f"inventory {inventory}: ansible-inventory failed: {exc}") from exc
+    return runner
 
 
 def live_targets(
@@ -86,6 +102,7 @@ def live_targets(
     import testinfra
 
     runner = _inventory_vars(cli.get("inventory"))
+    ensure_ansible_on_path()
     try:
         hosts = testinfra.get_hosts(specs, **connection_kwargs)
     except Exception as exc:

@@ -1,0 +1,226 @@
+"""The health suite as users run it (pytest + the gpuhealth plugin), in subprocesses.
+
+Offline runs (`--facts`) on facts documents made from the real H100 sample exercise the
+parametrisation, outcomes, verdicts and reports without any connection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuhealth.plugin import host_of
+from selftest.suite import run_suite
+from selftest.test_checks import healthy_h100
+
+INVENTORY = """\
+all:
+  children:
+    gpu_nodes:
+      vars:
+        gpu_profile: h100-sxm
+      hosts:
+        n1: {}
+        n2: {}
+        n3: {}
+"""
+
+
+def write_facts(folder: Path, **docs: dict[str, Any]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, doc in docs.items():
+        (folder / f"{name}.json").write_text(json.dumps(doc))
+    return folder
+
+
+def fleet(tmp_path: Path) -> tuple[Path, Path]:
+    """Three H100 nodes: n1 healthy, n2 with ECC errors on gpu3, n3 with gpu7 gone."""
+    n2 = healthy_h100()
+    n2["gpus"][3]["ecc"]["volatile"]["uncorrected"] = 4
+    n3 = healthy_h100()
+    del n3["gpus"][7]
+    facts = write_facts(tmp_path / "facts", n1=healthy_h100(), n2=n2, n3=n3)
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(INVENTORY)
+    return facts, inventory
+
+
+def failed(run) -> set[str]:
+    return {name for name, status in run.outcomes().items() if status == "failed"}
+
+
+def test_offline_fleet_fails_exactly_the_faulty_tests(tmp_path):
+    facts, inventory = fleet(tmp_path)
+    run = run_suite(tmp_path / "r", "--facts", str(facts), "--inventory", str(inventory))
+    assert run.rc == 1, run.output
+    gpu7 = {
+        f"test_{c}[n3-gpu7]"
+        for c in (
+            "recovery_action",
+            "ecc_errors",
+            "retired_pages",
+            "row_remapping",
+            "temperature",
+            "throttle",
+            "power",
+            "pcie_link",
+            "nvlink",
+            "idle_processes",
+        )
+    }
+    assert failed(run) == {"test_ecc_errors[n2-gpu3]", "test_gpu_count[n3]"} | gpu7
+    outcomes = run.outcomes()
+    assert len(outcomes) == 3 * 4 + 3 * 8 * 10
+    assert outcomes["test_recovery_action[n1-gpu0]"] == "passed"
+    assert outcomes["test_retired_pages[n1-gpu0]"] == "skipped"
+    verdicts = run.verdicts["nodes"]
+    assert verdicts["n1"]["verdict"] == "PASS"
+    assert verdicts["n2"]["verdict"] == "FAIL"
+    assert "volatile uncorrected ECC errors 4 > 0" in verdicts["n2"]["reasons"][0]
+    assert verdicts["n3"]["verdict"] == "FAIL"
+    assert any("expected 8 GPUs, found 7" in r for r in verdicts["n3"]["reasons"])
+    assert run.verdicts["overall"] == "FAIL"
+    assert "n2    FAIL" in run.output
+
+
+def test_xdist_gives_the_same_outcomes(tmp_path):
+    facts, inventory = fleet(tmp_path)
+    serial = run_suite(tmp_path / "a", "--facts", str(facts), "--inventory", str(inventory))
+    parallel = run_suite(
+        tmp_path / "b", "--facts", str(facts), "--inventory", str(inventory), "-n", "2"
+    )
+    assert parallel.outcomes() == serial.outcomes()
+    assert parallel.verdicts["nodes"] == serial.verdicts["nodes"]
+
+
+def test_soft_limit_gives_warn_without_failing_the_run(tmp_path):
+    warm = healthy_h100()
+    warm["gpus"][2]["temperature_c"] = 78
+    facts = write_facts(tmp_path / "facts", n1=warm)
+    run = run_suite(tmp_path / "r", "--facts", str(facts), "--profile", "h100-sxm")
+    assert run.rc == 0, run.output
+    node = run.verdicts["nodes"]["n1"]
+    assert node["verdict"] == "WARN"
+    assert "n1 gpu2" in node["reasons"][0] and ">= warning level 75 C" in node["reasons"][0]
+
+
+def test_broken_facts_file_errors_that_host_only(tmp_path):
+    facts = write_facts(tmp_path / "facts", n1=healthy_h100())
+    (facts / "n2.json").write_text("{not json")
+    run = run_suite(tmp_path / "r", "--facts", str(facts), "--profile", "h100-sxm")
+    assert run.rc == 1
+    outcomes = run.outcomes()
+    assert outcomes["test_driver_version[n2]"] == "error"
+    assert outcomes["test_driver_version[n1]"] == "passed"
+    n2 = run.verdicts["nodes"]["n2"]
+    assert n2["verdict"] == "FAIL" and "n2.json: not JSON (line 1" in n2["reasons"][0]
+
+
+def test_gpu_less_machine_skips_with_the_reason_and_passes(tmp_path):
+    run = run_suite(tmp_path / "r")
+    assert run.rc == 0, run.output
+    me = socket.gethostname()
+    messages = run.messages()
+    assert messages and all(f"no NVIDIA GPU/driver on {me}" in m for m in messages.values())
+    node = run.verdicts["nodes"][me]
+    assert node["verdict"] == "PASS"
+    assert node["reasons"] == [f"no NVIDIA GPU/driver on {me}; none expected, GPU checks skipped"]
+    assert (tmp_path / "r" / "facts" / f"{me}.json").exists()
+    assert any((tmp_path / "r" / "allure-results").glob("*-result.json"))
+
+
+def test_gpu_less_machine_fails_when_gpus_are_expected(tmp_path):
+    run = run_suite(tmp_path / "r", "--expected-gpus", "8")
+    assert run.rc == 1
+    node = run.verdicts["nodes"][socket.gethostname()]
+    assert node["verdict"] == "FAIL"
+    assert any("expected 8 GPUs, found 0" in r for r in node["reasons"])
+
+
+def test_allure_results_carry_host_gpu_and_check_labels(tmp_path):
+    facts, inventory = fleet(tmp_path)
+    run_suite(tmp_path / "r", "--facts", str(facts), "--inventory", str(inventory))
+    results = [
+        json.loads(p.read_text()) for p in (tmp_path / "r" / "allure-results").glob("*-result.json")
+    ]
+    ecc = next(r for r in results if r["name"] == "test_ecc_errors[n2-gpu3]")
+    labels = {(label["name"], label["value"]) for label in ecc["labels"]}
+    assert {("host", "n2"), ("gpu", "3"), ("check", "ecc_errors"), ("parentSuite", "n2")} <= labels
+    assert ("uuid", healthy_h100()["gpus"][3]["uuid"]) in labels
+    assert ecc["status"] == "failed"
+    attachments = list((tmp_path / "r" / "allure-results").glob("*-attachment.json"))
+    assert len(attachments) == 3  # the facts document, once per host
+
+
+@pytest.mark.parametrize(
+    ("inventory", "message"),
+    [
+        (
+            "all:\n  hosts:\n    n1:\n      gpu_profile: h100\n",
+            "inventory host n1: gpu_profile: unknown profile 'h100'",
+        ),
+        (
+            "all:\n  hosts:\n    n1:\n      gpu_thresholds: {temp_max: 3}\n",
+            "unknown key 'temp_max'",
+        ),
+        ("all:\n  hosts:\n    n1:\n      gpu_count: many\n", "gpu_count must be a whole number"),
+    ],
+)
+def test_bad_inventory_is_one_usage_error(tmp_path, inventory, message):
+    facts = write_facts(tmp_path / "facts", n1=healthy_h100())
+    path = tmp_path / "hosts.yml"
+    path.write_text(inventory)
+    run = run_suite(tmp_path / "r", "--facts", str(facts), "--inventory", str(path))
+    assert run.rc == 4, run.output
+    assert message in run.output
+    assert "Traceback" not in run.output
+
+
+def test_bad_profile_directory_is_one_usage_error(tmp_path):
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "lab.yml").write_text("temp_fail: 80\n")
+    run = run_suite(tmp_path / "r", "--profile-dir", str(profiles))
+    assert run.rc == 4
+    assert "lab.yml: unknown key 'temp_fail' (did you mean 'temp_fail_c'?)" in run.output
+
+
+def test_one_probe_per_host_with_xdist(tmp_path):
+    log = tmp_path / "probes.log"
+    wrapper = tmp_path / "counting-python3"
+    wrapper.write_text(f'#!/bin/sh\necho probe >> {log}\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        f"all:\n  hosts:\n    {socket.gethostname()}:\n      gpuhealth_python: {wrapper}\n"
+    )
+    run = run_suite(
+        tmp_path / "r",
+        "--hosts",
+        "local://",
+        "--inventory",
+        str(inventory),
+        "-n",
+        "2",
+        env={"PATH": os.environ["PATH"]},
+    )
+    assert run.rc == 0, run.output
+    assert log.read_text().count("probe") == 1
+
+
+@pytest.mark.parametrize(
+    ("nodeid", "host"),
+    [
+        ("tests/test_gpu.py::test_ecc_errors[node-17-gpu3]", "node-17"),
+        ("tests/test_node.py::test_gpu_count[node-17]", "node-17"),
+        ("tests/test_node.py::test_gpu_count[gpu-box]", "gpu-box"),
+    ],
+)
+def test_xdist_scope_is_the_host(nodeid, host):
+    assert host_of(nodeid) == host
