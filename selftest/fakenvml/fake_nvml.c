@@ -1,0 +1,686 @@
+/*
+ * fake_nvml.c: a stand-in libnvidia-ml.so.1 for tests on machines without a GPU.
+ *
+ * It exports exactly the NVML symbols the gpuhealth NVML collector calls through nvidia-ml-py
+ * 13.615.71, with struct layouts matching pynvml's ctypes definitions, and serves the flat
+ * scenario file named by $FAKE_NVML_SCENARIO: one "key=value" per line, '#' comments, a later
+ * line overriding an earlier one. Keys (defaults: a healthy H100 SXM on driver 570.86.15):
+ *
+ *   init                          the answer of nvmlInit (ok)
+ *   driver_version                570.86.15
+ *   nvml_version                  "12." + driver_version
+ *   cuda_driver_version           12080 (= 12.8)
+ *   gpu.count                     8
+ *   fn.<symbol>                   any call of that symbol, e.g. fn.nvmlDeviceGetTemperatureV=ERROR:13
+ *                                 makes the library look older than that function
+ *   gpu.<i>.<key>, gpu.all.<key>  one GPU, every GPU; <key> is one of
+ *     handle (ok)  name  uuid  serial  pci_bus_id  pci_device_id (0x233010DE)  architecture (9)
+ *     vbios_version  persistence_mode (1)  memory.total_mib (81559)  memory.used_mib (0)
+ *     temperature (40)  temp.slowdown (87)  temp.shutdown (92)  temp.gpu_max (85)
+ *     temp.margin (temp.gpu_max - temperature)  ecc.mode (1)
+ *     ecc.<volatile|aggregate>.<sram|dram>_<corrected|uncorrected> (0)
+ *     ecc.<volatile|aggregate>.<corrected|uncorrected> (sum of the sram and dram parts)
+ *     retired_pages.<single_bit|double_bit|pending> (NOT_SUPPORTED, as on Ampere and later)
+ *     remapped_rows.<correctable|uncorrectable|pending|failure> (0)
+ *     clocks_event_reasons (0x1 gpu_idle)  power.draw_w (120)  power.limit_w (700)
+ *     pcie.<gen_current|gen_max|width_current|width_max|replay_count> (5 5 16 16 0)
+ *     nvlink.count (18; 0 = PCIe-only board)  nvlink.<link> (1 = up)
+ *     processes ("pid:used_mib,pid:used_mib", none)  recovery_action (0)
+ *
+ * Any value may instead be NOT_SUPPORTED (the call returns NVML_ERROR_NOT_SUPPORTED),
+ * ERROR:<code> (that nvmlReturn_t) or HANG (the call never returns). Without a readable
+ * scenario file nvmlInit fails with NVML_ERROR_DRIVER_NOT_LOADED, as on a node with no driver.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int nvmlReturn_t;
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+    NVML_ERROR_UNKNOWN = 999,
+};
+
+#define MAX_GPUS 64
+#define MAX_ENTRIES 4096
+#define FIELD_GPU_RECOVERY_ACTION 230
+#define TEMPERATURE_V1 0x100000C   /* nvmlTemperature_v1: sizeof 12, version 1 */
+#define MARGIN_TEMPERATURE_V1 0x1000008
+#define LOCATION_DRAM 2
+#define LOCATION_SRAM 7
+
+/* Layouts as in pynvml 13.615.71 (nvmlPciInfo_t, c_nvmlMemory_t, c_nvmlFieldValue_t, ...). */
+typedef struct fake_device { int index; } *nvmlDevice_t;
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct { unsigned int version, sensorType; int temperature; } nvmlTemperature_t;
+typedef struct { unsigned int version; int marginTemperature; } nvmlMarginTemperature_t;
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
+typedef union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    long long sllVal;
+    int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+typedef struct {
+    unsigned int fieldId, scopeId;
+    long long timestamp, latencyUsec;
+    unsigned int valueType;
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+static struct fake_device devices[MAX_GPUS];
+static char *keys[MAX_ENTRIES], *values[MAX_ENTRIES];
+static int n_entries, init_count;
+static const unsigned int hgx_buses[8] = {0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb};
+
+#define TRY(expr) do { nvmlReturn_t rc_ = (expr); if (rc_) return rc_; } while (0)
+/* Every entry point: NVML initialised, then the scenario's fn.<symbol> override. */
+#define ENTER() TRY(enter(__func__))
+#define ENTER_DEVICE(dev) \
+    do { ENTER(); if (!valid(dev)) return NVML_ERROR_INVALID_ARGUMENT; } while (0)
+
+static char *trim(char *s)
+{
+    char *end;
+    while (isspace((unsigned char)*s))
+        s++;
+    end = s + strlen(s);
+    while (end > s && isspace((unsigned char)end[-1]))
+        *--end = '\0';
+    return s;
+}
+
+/* Read the scenario file; 0 when there is none (the "driver not loaded" node). */
+static int load_scenario(void)
+{
+    const char *path = getenv("FAKE_NVML_SCENARIO");
+    FILE *file = path ? fopen(path, "r") : NULL;
+    char line[1024];
+
+    if (!file)
+        return 0;
+    while (n_entries > 0) {
+        n_entries--;
+        free(keys[n_entries]);
+        free(values[n_entries]);
+    }
+    while (fgets(line, sizeof line, file) && n_entries < MAX_ENTRIES) {
+        char *key = trim(line), *eq = strchr(key, '=');
+        if (*key == '#' || !eq)
+            continue;
+        *eq = '\0';
+        keys[n_entries] = strdup(trim(key));
+        values[n_entries] = strdup(trim(eq + 1));
+        n_entries++;
+    }
+    fclose(file);
+    return 1;
+}
+
+static const char *lookup(const char *key)
+{
+    for (int i = n_entries - 1; i >= 0; i--)
+        if (!strcmp(keys[i], key))
+            return values[i];
+    return NULL;
+}
+
+static const char *gpu_value(int gpu, const char *key)
+{
+    char full[256];
+    const char *value;
+
+    snprintf(full, sizeof full, "gpu.%d.%s", gpu, key);
+    if ((value = lookup(full)))
+        return value;
+    snprintf(full, sizeof full, "gpu.all.%s", key);
+    return lookup(full);
+}
+
+/* NVML_SUCCESS for an ordinary value, else the error the value asks for; HANG never returns. */
+static nvmlReturn_t special(const char *value)
+{
+    if (!value)
+        return NVML_SUCCESS;
+    if (!strcmp(value, "NOT_SUPPORTED"))
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (!strncmp(value, "ERROR:", 6))
+        return atoi(value + 6) ? atoi(value + 6) : NVML_ERROR_UNKNOWN;
+    if (!strcmp(value, "HANG"))
+        for (;;)
+            sleep(3600);
+    return NVML_SUCCESS;
+}
+
+/* A number used to compute another key's default; NOT_SUPPORTED and the like count as 0. */
+static double plain(const char *value, double fallback)
+{
+    if (!value)
+        return fallback;
+    return isdigit((unsigned char)*value) || *value == '-' ? strtod(value, NULL) : 0;
+}
+
+static nvmlReturn_t enter(const char *symbol)
+{
+    char key[128];
+
+    if (!init_count)
+        return NVML_ERROR_UNINITIALIZED;
+    snprintf(key, sizeof key, "fn.%s", symbol);
+    return special(lookup(key));
+}
+
+static int valid(nvmlDevice_t dev)
+{
+    return dev && dev >= devices && dev < devices + MAX_GPUS;
+}
+
+static nvmlReturn_t copy_str(const char *value, char *buf, unsigned int length)
+{
+    size_t size = strlen(value) + 1;
+
+    if (!buf || size > length)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(buf, value, size);
+    return NVML_SUCCESS;
+}
+
+/* A scenario value (or its default) that may instead ask for an error. */
+static nvmlReturn_t sys_str(const char *key, const char *fallback, char *buf, unsigned int length)
+{
+    const char *value = lookup(key);
+
+    TRY(special(value));
+    return copy_str(value ? value : fallback, buf, length);
+}
+
+static nvmlReturn_t gpu_str(int gpu, const char *key, const char *fallback, char *buf,
+                            unsigned int length)
+{
+    const char *value = gpu_value(gpu, key);
+
+    TRY(special(value));
+    return copy_str(value ? value : fallback, buf, length);
+}
+
+static nvmlReturn_t gpu_num(int gpu, const char *key, const char *fallback, double *out)
+{
+    const char *value = gpu_value(gpu, key);
+
+    if (!value)
+        value = fallback;
+    TRY(special(value));
+    *out = strtod(value, NULL);
+    return NVML_SUCCESS;
+}
+
+/* gpu_num into an unsigned int, the type of most NVML outputs. */
+static nvmlReturn_t gpu_uint(int gpu, const char *key, const char *fallback, unsigned int *out)
+{
+    double value;
+
+    if (!out)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    TRY(gpu_num(gpu, key, fallback, &value));
+    *out = (unsigned int)value;
+    return NVML_SUCCESS;
+}
+
+static int gpu_count(void)
+{
+    int count = (int)plain(lookup("gpu.count"), 8);
+
+    return count < 0 ? 0 : count > MAX_GPUS ? MAX_GPUS : count;
+}
+
+/* ---- system ---------------------------------------------------------------------------- */
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    (void)flags;
+    if (!load_scenario())
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    TRY(special(lookup("init")));
+    for (int i = 0; i < MAX_GPUS; i++)
+        devices[i].index = i;
+    init_count++;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlShutdown(void)
+{
+    ENTER();
+    init_count--;
+    return NVML_SUCCESS;
+}
+
+/* pynvml asks only for codes it has no text of its own for. */
+const char *nvmlErrorString(nvmlReturn_t result)
+{
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case 26: return "Deprecated";
+    default: return "Unknown Error";
+    }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    ENTER();
+    return sys_str("driver_version", "570.86.15", version, length);
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+{
+    char fallback[96];
+    const char *driver = lookup("driver_version");
+
+    ENTER();
+    snprintf(fallback, sizeof fallback, "12.%s",
+             driver && isdigit((unsigned char)*driver) ? driver : "570.86.15");
+    return sys_str("nvml_version", fallback, version, length);
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *version)
+{
+    const char *value = lookup("cuda_driver_version");
+
+    ENTER();
+    TRY(special(value));
+    *version = value ? atoi(value) : 12080;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count)
+{
+    ENTER();
+    TRY(special(lookup("gpu.count")));
+    *count = (unsigned int)gpu_count();
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev)
+{
+    ENTER();
+    if (index >= (unsigned int)gpu_count())
+        return NVML_ERROR_INVALID_ARGUMENT;
+    TRY(special(gpu_value((int)index, "handle")));
+    *dev = &devices[index];
+    return NVML_SUCCESS;
+}
+
+/* ---- identity -------------------------------------------------------------------------- */
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t dev, char *name, unsigned int length)
+{
+    ENTER_DEVICE(dev);
+    return gpu_str(dev->index, "name", "NVIDIA H100 80GB HBM3", name, length);
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char *uuid, unsigned int length)
+{
+    char fallback[64];
+
+    ENTER_DEVICE(dev);
+    snprintf(fallback, sizeof fallback, "GPU-fa4e%04x-0000-4000-8000-%012x", dev->index,
+             dev->index);
+    return gpu_str(dev->index, "uuid", fallback, uuid, length);
+}
+
+nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t dev, char *serial, unsigned int length)
+{
+    char fallback[32];
+
+    ENTER_DEVICE(dev);
+    snprintf(fallback, sizeof fallback, "16501240315%02d", dev->index);
+    return gpu_str(dev->index, "serial", fallback, serial, length);
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t dev, nvmlPciInfo_t *pci)
+{
+    char fallback[32];
+    int index;
+    double device_id;
+
+    ENTER_DEVICE(dev);
+    index = dev->index;
+    snprintf(fallback, sizeof fallback, "00000000:%02X:00.0",
+             index < 8 ? hgx_buses[index] : 0x10u + index);
+    memset(pci, 0, sizeof *pci);
+    TRY(gpu_str(index, "pci_bus_id", fallback, pci->busId, sizeof pci->busId));
+    TRY(gpu_num(index, "pci_device_id", "0x233010DE", &device_id));
+    sscanf(pci->busId, "%x:%x:%x", &pci->domain, &pci->bus, &pci->device);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.0",
+             pci->domain & 0xffff, pci->bus & 0xff, pci->device & 0xff);
+    pci->pciDeviceId = (unsigned int)device_id;
+    pci->pciSubSystemId = 0x16C110DE;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t dev, unsigned int *arch)
+{
+    ENTER_DEVICE(dev);
+    return gpu_uint(dev->index, "architecture", "9", arch);
+}
+
+nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t dev, char *version, unsigned int length)
+{
+    ENTER_DEVICE(dev);
+    return gpu_str(dev->index, "vbios_version", "96.00.74.00.0D", version, length);
+}
+
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t dev, unsigned int *mode)
+{
+    ENTER_DEVICE(dev);
+    return gpu_uint(dev->index, "persistence_mode", "1", mode);
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *memory)
+{
+    double total, used;
+
+    ENTER_DEVICE(dev);
+    TRY(gpu_num(dev->index, "memory.total_mib", "81559", &total));
+    TRY(gpu_num(dev->index, "memory.used_mib", "0", &used));
+    memory->total = (unsigned long long)total << 20;
+    memory->used = (unsigned long long)used << 20;
+    memory->free = memory->total - memory->used;
+    return NVML_SUCCESS;
+}
+
+/* ---- temperatures ---------------------------------------------------------------------- */
+
+nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t dev, nvmlTemperature_t *temperature)
+{
+    double value;
+
+    ENTER_DEVICE(dev);
+    if (temperature->version != TEMPERATURE_V1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (temperature->sensorType != 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    TRY(gpu_num(dev->index, "temperature", "40", &value));
+    temperature->temperature = (int)value;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t dev, unsigned int sensor, unsigned int *temp)
+{
+    ENTER_DEVICE(dev);
+    if (sensor != 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    return gpu_uint(dev->index, "temperature", "40", temp);
+}
+
+nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t dev, unsigned int type,
+                                               unsigned int *temp)
+{
+    static const char *const names[] = {"temp.shutdown", "temp.slowdown", NULL, "temp.gpu_max"};
+    static const char *const fallbacks[] = {"92", "87", NULL, "85"};
+
+    ENTER_DEVICE(dev);
+    if (type > 3 || !names[type])
+        return NVML_ERROR_NOT_SUPPORTED;
+    return gpu_uint(dev->index, names[type], fallbacks[type], temp);
+}
+
+nvmlReturn_t nvmlDeviceGetMarginTemperature(nvmlDevice_t dev, nvmlMarginTemperature_t *margin)
+{
+    char fallback[32];
+    double value;
+    int index;
+
+    ENTER_DEVICE(dev);
+    if (margin->version != MARGIN_TEMPERATURE_V1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    index = dev->index;
+    snprintf(fallback, sizeof fallback, "%g", plain(gpu_value(index, "temp.gpu_max"), 85) -
+             plain(gpu_value(index, "temperature"), 40));
+    TRY(gpu_num(index, "temp.margin", fallback, &value));
+    margin->marginTemperature = (int)value;
+    return NVML_SUCCESS;
+}
+
+/* ---- ECC, retired pages, remapped rows ------------------------------------------------- */
+
+nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t dev, unsigned int *current, unsigned int *pending)
+{
+    ENTER_DEVICE(dev);
+    TRY(gpu_uint(dev->index, "ecc.mode", "1", current));
+    *pending = *current;
+    return NVML_SUCCESS;
+}
+
+static const char *const error_types[] = {"corrected", "uncorrected"};
+static const char *const counter_types[] = {"volatile", "aggregate"};
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t dev, unsigned int error_type,
+                                         unsigned int counter_type, unsigned long long *count)
+{
+    char key[64], fallback[32];
+    double sum = 0, value;
+
+    ENTER_DEVICE(dev);
+    if (error_type > 1 || counter_type > 1)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (int part = 0; part < 2; part++) {
+        snprintf(key, sizeof key, "ecc.%s.%s_%s", counter_types[counter_type],
+                 part ? "dram" : "sram", error_types[error_type]);
+        sum += plain(gpu_value(dev->index, key), 0);
+    }
+    snprintf(fallback, sizeof fallback, "%.0f", sum);
+    snprintf(key, sizeof key, "ecc.%s.%s", counter_types[counter_type], error_types[error_type]);
+    TRY(gpu_num(dev->index, key, fallback, &value));
+    *count = (unsigned long long)value;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t dev, unsigned int error_type,
+                                             unsigned int counter_type, unsigned int location,
+                                             unsigned long long *count)
+{
+    char key[64];
+    double value;
+
+    ENTER_DEVICE(dev);
+    if (error_type > 1 || counter_type > 1)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (location != LOCATION_SRAM && location != LOCATION_DRAM)
+        return NVML_ERROR_NOT_SUPPORTED;
+    snprintf(key, sizeof key, "ecc.%s.%s_%s", counter_types[counter_type],
+             location == LOCATION_SRAM ? "sram" : "dram", error_types[error_type]);
+    TRY(gpu_num(dev->index, key, "0", &value));
+    *count = (unsigned long long)value;
+    return NVML_SUCCESS;
+}
+
+/* Two-call protocol: a short buffer gets NVML_ERROR_INSUFFICIENT_SIZE and the needed count. */
+nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t dev, unsigned int cause, unsigned int *count,
+                                       unsigned long long *addresses)
+{
+    unsigned int pages;
+
+    ENTER_DEVICE(dev);
+    if (cause > 1)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    TRY(gpu_uint(dev->index, cause ? "retired_pages.double_bit" : "retired_pages.single_bit",
+                 "NOT_SUPPORTED", &pages));
+    if (!addresses || *count < pages) {
+        *count = pages;
+        return pages ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    }
+    for (unsigned int i = 0; i < pages; i++)
+        addresses[i] = 0x100000ULL * (i + 1) + cause;
+    *count = pages;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t dev, unsigned int *pending)
+{
+    ENTER_DEVICE(dev);
+    return gpu_uint(dev->index, "retired_pages.pending", "NOT_SUPPORTED", pending);
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t dev, unsigned int *correctable,
+                                       unsigned int *uncorrectable, unsigned int *pending,
+                                       unsigned int *failure)
+{
+    ENTER_DEVICE(dev);
+    TRY(gpu_uint(dev->index, "remapped_rows.correctable", "0", correctable));
+    TRY(gpu_uint(dev->index, "remapped_rows.uncorrectable", "0", uncorrectable));
+    TRY(gpu_uint(dev->index, "remapped_rows.pending", "0", pending));
+    return gpu_uint(dev->index, "remapped_rows.failure", "0", failure);
+}
+
+/* ---- clocks, power, PCIe, NVLink ------------------------------------------------------- */
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t dev, unsigned long long *reasons)
+{
+    double value;
+
+    ENTER_DEVICE(dev);
+    TRY(gpu_num(dev->index, "clocks_event_reasons", "1", &value));
+    *reasons = (unsigned long long)value;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t milliwatts(int gpu, const char *key, const char *watts, unsigned int *out)
+{
+    double value;
+
+    TRY(gpu_num(gpu, key, watts, &value));
+    *out = (unsigned int)(value * 1000 + 0.5);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t dev, unsigned int *power)
+{
+    ENTER_DEVICE(dev);
+    return milliwatts(dev->index, "power.draw_w", "120", power);
+}
+
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t dev, unsigned int *limit)
+{
+    ENTER_DEVICE(dev);
+    return milliwatts(dev->index, "power.limit_w", "700", limit);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t dev, unsigned int *gen)
+{
+    ENTER_DEVICE(dev);
+    return gpu_uint(dev->index, "pcie.gen_current", "5", gen);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t dev, unsigned int *gen)
+{
+    ENTER_DEVICE(dev);
+    return gpu_uint(dev->index, "pcie.gen_max", "5", gen);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t dev, unsigned int *width)
+{
+    ENTER_DEVICE(dev);
+    return gpu_uint(dev->index, "pcie.width_current", "16", width);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t dev, unsigned int *width)
+{
+    ENTER_DEVICE(dev);
+    return gpu_uint(dev->index, "pcie.width_max", "16", width);
+}
+
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t dev, unsigned int *count)
+{
+    ENTER_DEVICE(dev);
+    return gpu_uint(dev->index, "pcie.replay_count", "0", count);
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t dev, unsigned int link, unsigned int *active)
+{
+    unsigned int links;
+    char key[32];
+
+    ENTER_DEVICE(dev);
+    TRY(gpu_uint(dev->index, "nvlink.count", "18", &links));
+    if (links == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= links)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    snprintf(key, sizeof key, "nvlink.%u", link);
+    return gpu_uint(dev->index, key, "1", active);
+}
+
+/* ---- processes, field values ----------------------------------------------------------- */
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned int *count,
+                                                     nvmlProcessInfo_t *infos)
+{
+    char list[1024], *item, *rest;
+    unsigned int found = 0;
+
+    ENTER_DEVICE(dev);
+    TRY(gpu_str(dev->index, "processes", "", list, sizeof list));
+    for (item = strtok_r(list, ",", &rest); item; item = strtok_r(NULL, ",", &rest)) {
+        if (infos && found < *count) {
+            const char *colon = strchr(item, ':');
+            infos[found].pid = (unsigned int)strtoul(item, NULL, 10);
+            infos[found].usedGpuMemory = colon ? strtoull(colon + 1, NULL, 10) << 20 : 0;
+            infos[found].gpuInstanceId = infos[found].computeInstanceId = 0xFFFFFFFF;
+        }
+        found++;
+    }
+    if (!infos || found > *count) {
+        *count = found;
+        return found ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    }
+    *count = found;
+    return NVML_SUCCESS;
+}
+
+/* Like the real call, errors of single fields go into their nvmlReturn, not the return value. */
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t dev, int count, nvmlFieldValue_t *fields)
+{
+    ENTER_DEVICE(dev);
+    for (int i = 0; i < count; i++) {
+        nvmlFieldValue_t *field = &fields[i];
+        const char *value = gpu_value(dev->index, "recovery_action");
+
+        field->timestamp = (long long)time(NULL) * 1000000;
+        field->latencyUsec = 0;
+        field->valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
+        field->value.ullVal = 0;
+        if (field->fieldId != FIELD_GPU_RECOVERY_ACTION) {
+            field->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            continue;
+        }
+        field->nvmlReturn = special(value);
+        if (!field->nvmlReturn)
+            field->value.uiVal = value ? (unsigned int)strtoul(value, NULL, 0) : 0;
+    }
+    return NVML_SUCCESS;
+}
