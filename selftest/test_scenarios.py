@@ -1,0 +1,127 @@
+"""Fake-GPU scenarios end to end: the real suite, the real probe and the real nvidia-ml-py,
+against the fake libnvidia-ml.so.1. Each scenario must fail exactly its own tests."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuhealth import checks
+from selftest.fakenvml import load_scenario, nvml_env, write_scenario
+from selftest.suite import run_suite
+
+HOST = socket.gethostname()
+GPU_CHECKS = checks.names("gpu")
+
+
+@pytest.fixture
+def h100_inventory(tmp_path: Path) -> Path:
+    path = tmp_path / "hosts.yml"
+    path.write_text(
+        f"all:\n  hosts:\n    {HOST}:\n      gpu_profile: h100-sxm\n      gpu_count: 8\n"
+    )
+    return path
+
+
+def suite_on(scenario: str, tmp_path: Path, lib: Path, inventory: Path, *args: str):
+    scenario_file = write_scenario(load_scenario(scenario), tmp_path / f"{scenario}.conf")
+    env = nvml_env(lib.parent, scenario_file)
+    return run_suite(tmp_path / "reports", "--inventory", str(inventory), *args, env=env)
+
+
+def failed(run) -> set[str]:
+    return {name for name, status in run.outcomes().items() if status in ("failed", "error")}
+
+
+def gpu_tests(index: int, names: list[str] = GPU_CHECKS) -> set[str]:
+    return {f"test_{name}[{HOST}-gpu{index}]" for name in names}
+
+
+EXPECTED_FAILURES = {
+    "healthy-h100x8": set(),
+    "ecc-uncorrectable-gpu3": {f"test_ecc_errors[{HOST}-gpu3]"},
+    "recovery-reset-gpu5": {f"test_recovery_action[{HOST}-gpu5]"},
+    "missing-gpu7": {f"test_gpu_count[{HOST}]"} | gpu_tests(7),
+    "driver-560": {f"test_driver_version[{HOST}]"}
+    | {f"test_recovery_action[{HOST}-gpu{i}]" for i in range(8)},
+    # Past its 87 C slowdown point a real GPU also reports HW thermal slowdown.
+    "hot-gpu2": {f"test_temperature[{HOST}-gpu2]", f"test_throttle[{HOST}-gpu2]"},
+    "rowremap-pending-gpu1": {f"test_row_remapping[{HOST}-gpu1]"},
+}
+
+EXPECTED_MESSAGES = {
+    "ecc-uncorrectable-gpu3": ("ecc_errors", 3, "volatile uncorrected ECC errors 2 > 0"),
+    "recovery-reset-gpu5": (
+        "recovery_action",
+        5,
+        "GPU recovery action is GPU_RESET (1), expected NONE",
+    ),
+    "missing-gpu7": ("gpu_count", None, "expected 8 GPUs, found 7"),
+    "driver-560": ("driver_version", None, "driver 560.35.03 is older than the required 570"),
+    "hot-gpu2": ("temperature", 2, "temperature 91 C >= limit 85 C"),
+    "rowremap-pending-gpu1": ("row_remapping", 1, "row remapping pending"),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(EXPECTED_FAILURES))
+def test_scenario_fails_exactly_its_tests(scenario, tmp_path, fake_nvml_lib, h100_inventory):
+    run = suite_on(scenario, tmp_path, fake_nvml_lib, h100_inventory)
+    assert failed(run) == EXPECTED_FAILURES[scenario], run.output[-3000:]
+    outcomes = run.outcomes()
+    assert len(outcomes) == len(checks.names("node")) + 8 * len(GPU_CHECKS)
+    skipped = {name for name, status in outcomes.items() if status == "skipped"}
+    # H100s use row remapping, not page retirement: the only skips, each with its reason.
+    assert skipped == gpu_tests(7, ["retired_pages"]) - failed(run) | {
+        f"test_retired_pages[{HOST}-gpu{i}]" for i in range(7)
+    }
+    assert all("not supported" in run.messages()[name] for name in skipped)
+    verdict = run.verdicts["nodes"][HOST]
+    if scenario == "healthy-h100x8":
+        assert run.rc == 0 and verdict["verdict"] == "PASS"
+        return
+    assert run.rc == 1 and verdict["verdict"] == "FAIL"
+    check, gpu, text = EXPECTED_MESSAGES[scenario]
+    entry = next(f for f in verdict["failed"] if f["check"] == check and f["gpu"] == gpu)
+    assert text in entry["message"]
+    assert entry["action"]
+    if gpu is not None:
+        assert f"{HOST} gpu{gpu} (GPU-" in entry["message"]
+
+
+def test_hung_nvml_call_costs_one_timeout_and_fails_what_it_could_not_read(
+    tmp_path, fake_nvml_lib, h100_inventory
+):
+    started = time.monotonic()
+    run = suite_on("nvml-hang", tmp_path, fake_nvml_lib, h100_inventory, "--nvml-call-timeout", "2")
+    assert time.monotonic() - started < 60
+    fails = failed(run)
+    assert f"test_temperature[{HOST}-gpu4]" in fails
+    assert not fails & (gpu_tests(0) | gpu_tests(1) | gpu_tests(2) | gpu_tests(3))
+    assert gpu_tests(5) - {f"test_retired_pages[{HOST}-gpu5]"} <= fails
+    message = run.messages()[f"test_temperature[{HOST}-gpu4]"]
+    assert "could not read GPU temperature" in message and "timed out after 2 s" in message
+    facts = (tmp_path / "reports" / "facts" / f"{HOST}.json").read_text()
+    assert "nvmlDeviceGetTemperatureV(gpu=4)" in facts
+
+
+def test_saved_facts_give_the_same_outcomes_offline(tmp_path, fake_nvml_lib, h100_inventory):
+    live = suite_on("ecc-uncorrectable-gpu3", tmp_path, fake_nvml_lib, h100_inventory)
+    offline = run_suite(
+        tmp_path / "offline",
+        "--facts",
+        str(tmp_path / "reports" / "facts"),
+        "--inventory",
+        str(h100_inventory),
+    )
+    assert offline.outcomes() == live.outcomes()
+    assert offline.verdicts["nodes"] == live.verdicts["nodes"]
+
+
+def test_no_driver_scenario_without_expectation_passes_with_reason(tmp_path, fake_nvml_lib):
+    scenario_file = write_scenario(load_scenario("no-driver"), tmp_path / "no-driver.conf")
+    run = run_suite(tmp_path / "reports", env=nvml_env(fake_nvml_lib.parent, scenario_file))
+    assert run.rc == 0
+    assert run.verdicts["nodes"][HOST]["verdict"] == "PASS"
