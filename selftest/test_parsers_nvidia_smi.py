@@ -33,8 +33,14 @@ ADA = "telegraf_rtx4000-sff-ada_595.84_v13.xml"
 TEXT_SAMPLES = (H100X8, TITANV, TRUNCATED)
 XML_SAMPLES = (A100_MIG, T4, RTX3060, ADA)
 
-ZERO_ECC = {"corrected": 0, "uncorrected": 0, "sram_corrected": 0, "sram_uncorrected": 0,
-            "dram_corrected": 0, "dram_uncorrected": 0}
+ZERO_ECC = {
+    "corrected": 0,
+    "uncorrected": 0,
+    "sram_corrected": 0,
+    "sram_uncorrected": 0,
+    "dram_corrected": 0,
+    "dram_uncorrected": 0,
+}
 
 
 def read(name: str) -> str:
@@ -66,15 +72,28 @@ def test_h100x8_text_535():
     gpus = doc["gpus"]
     assert [g["index"] for g in gpus] == list(range(8))
     assert [g["pci_bus_id"] for g in gpus] == [
-        "00000000:19:00.0", "00000000:3B:00.0", "00000000:4C:00.0", "00000000:5D:00.0",
-        "00000000:9B:00.0", "00000000:BB:00.0", "00000000:CB:00.0", "00000000:DB:00.0"]
+        "00000000:19:00.0",
+        "00000000:3B:00.0",
+        "00000000:4C:00.0",
+        "00000000:5D:00.0",
+        "00000000:9B:00.0",
+        "00000000:BB:00.0",
+        "00000000:CB:00.0",
+        "00000000:DB:00.0",
+    ]
     assert [g["pcie"]["replay_count"] for g in gpus] == [67, 63, 52, 43, 49, 53, 82, 67]
     for gpu in gpus:
         # the throttling fault this sample was kept for
         assert gpu["clock_event_reasons"] == {
-            "active": ["hw_slowdown", "hw_power_brake_slowdown"], "mask": None}
-        assert gpu["remapped_rows"] == {"correctable": 0, "uncorrectable": 0,
-                                        "pending": False, "failure": False}
+            "active": ["hw_slowdown", "hw_power_brake_slowdown"],
+            "mask": None,
+        }
+        assert gpu["remapped_rows"] == {
+            "correctable": 0,
+            "uncorrectable": 0,
+            "pending": False,
+            "failure": False,
+        }
         assert kind(gpu, "retired_pages") == "not_supported"
         assert gpu["ecc_mode"] == "enabled"
         assert gpu["ecc"] == {"volatile": ZERO_ECC, "aggregate": ZERO_ECC}
@@ -130,8 +149,13 @@ def test_titanv_text_560():
     assert gpu["persistence_mode"] is False
     assert gpu["clock_event_reasons"] == {"active": ["gpu_idle"], "mask": None}
     assert gpu["power_draw_w"] == 29.02 and gpu["power_limit_w"] == 250.0
-    assert gpu["pcie"] == {"gen_current": 1, "gen_max": 3, "width_current": 16,
-                           "width_max": 16, "replay_count": 0}
+    assert gpu["pcie"] == {
+        "gen_current": 1,
+        "gen_max": 3,
+        "width_current": 16,
+        "width_max": 16,
+        "replay_count": 0,
+    }
     # Xorg, gnome-shell and /opt/test are all type G: not compute processes
     assert gpu["processes"] == []
 
@@ -177,13 +201,21 @@ def test_t4_xml_v11_515():
     assert gpu["ecc"] == {"volatile": ZERO_ECC, "aggregate": ZERO_ECC}
     assert gpu["retired_pages"] == {"single_bit": 0, "double_bit": 0, "pending": False}
     assert kind(gpu, "remapped_rows") == "not_supported"
-    assert gpu["pcie"] == {"gen_current": 3, "gen_max": 3, "width_current": 8,
-                           "width_max": 16, "replay_count": 0}
+    assert gpu["pcie"] == {
+        "gen_current": 3,
+        "gen_max": 3,
+        "width_current": 8,
+        "width_max": 16,
+        "replay_count": 0,
+    }
     # v11 `clocks_throttle_reasons`, all Not Active, read rather than missing
     assert gpu["clock_event_reasons"] == {"active": [], "mask": None}
     assert gpu["temperature_c"] == 40
     assert (gpu["temp_shutdown_c"], gpu["temp_slowdown_c"], gpu["temp_max_operating_c"]) == (
-        96, 93, 85)
+        96,
+        93,
+        85,
+    )
     assert kind(gpu, "temp_tlimit_margin_c") == "absent"
     assert gpu["power_draw_w"] == 26.78
     assert gpu["power_limit_w"] == 70.0
@@ -194,14 +226,19 @@ def test_t4_xml_v11_515():
 
 
 def test_t4_throttle_reason_names_are_read():
-    text = read(T4).replace(
-        "<clocks_throttle_reason_hw_slowdown>Not Active",
-        "<clocks_throttle_reason_hw_slowdown>Active").replace(
-        "<clocks_throttle_reason_sw_power_cap>Not Active",
-        "<clocks_throttle_reason_sw_power_cap>Active")
+    text = (
+        read(T4)
+        .replace(
+            "<clocks_throttle_reason_hw_slowdown>Not Active",
+            "<clocks_throttle_reason_hw_slowdown>Active",
+        )
+        .replace(
+            "<clocks_throttle_reason_sw_power_cap>Not Active",
+            "<clocks_throttle_reason_sw_power_cap>Active",
+        )
+    )
     gpu = nvidia_smi_xml.parse(text)["gpus"][0]
-    assert gpu["clock_event_reasons"] == {"active": ["sw_power_cap", "hw_slowdown"],
-                                          "mask": None}
+    assert gpu["clock_event_reasons"] == {"active": ["sw_power_cap", "hw_slowdown"], "mask": None}
 
 
 def test_rtx3060_xml_v12_570():
@@ -239,10 +276,13 @@ def test_rtx4000_ada_xml_v13_595():
     assert gpu["power_draw_w"] == 8.81  # average_power_draw (instant is 8.44)
     assert gpu["power_limit_w"] == 70.0
     assert gpu["ecc_mode"] == "disabled"
-    assert gpu["unavailable"]["ecc"] == {"kind": "not_supported",
-                                         "detail": "ECC mode is disabled"}
-    assert gpu["remapped_rows"] == {"correctable": 0, "uncorrectable": 0,
-                                    "pending": False, "failure": False}
+    assert gpu["unavailable"]["ecc"] == {"kind": "not_supported", "detail": "ECC mode is disabled"}
+    assert gpu["remapped_rows"] == {
+        "correctable": 0,
+        "uncorrectable": 0,
+        "pending": False,
+        "failure": False,
+    }
     assert kind(gpu, "retired_pages") == "not_supported"
     assert gpu["serial"] == "REDACTED"
     assert gpu["architecture"] == "Ada Lovelace"
@@ -280,8 +320,9 @@ def test_xml_accepts_defusedxml_fromstring():
 
 
 def test_xml_defusedxml_refusal_is_parse_error():
-    bomb = ('<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaa">]>'
-            "<nvidia_smi_log>&a;</nvidia_smi_log>")
+    bomb = (
+        '<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaa">]><nvidia_smi_log>&a;</nvidia_smi_log>'
+    )
     with pytest.raises(ParseError):
         nvidia_smi_xml.parse(bomb, fromstring=defusedxml.ElementTree.fromstring)
 
@@ -289,24 +330,34 @@ def test_xml_defusedxml_refusal_is_parse_error():
 # --------------------------------------------------------------------------- derived cases
 
 
-@pytest.mark.parametrize(("printed", "value"), [
-    ("None", 0), ("Reset", 1), ("Reboot", 2), ("Drain P2P", 3), ("Drain and Reset", 4),
-    ("GPU_RESET", 1), ("NODE_REBOOT", 2),
-])
+@pytest.mark.parametrize(
+    ("printed", "value"),
+    [
+        ("None", 0),
+        ("Reset", 1),
+        ("Reboot", 2),
+        ("Drain P2P", 3),
+        ("Drain and Reset", 4),
+        ("GPU_RESET", 1),
+        ("NODE_REBOOT", 2),
+    ],
+)
 def test_recovery_action_strings_xml_and_text(printed, value):
-    xml = read(RTX3060).replace("<gpu_recovery_action>None<",
-                                f"<gpu_recovery_action>{printed}<")
+    xml = read(RTX3060).replace("<gpu_recovery_action>None<", f"<gpu_recovery_action>{printed}<")
     assert nvidia_smi_xml.parse(xml)["gpus"][0]["recovery_action"] == value
     text = read(H100X8).replace(
         "    GSP Firmware Version                  : 535.161.08\n",
         f"    GPU Recovery Action                   : {printed}\n"
-        "    GSP Firmware Version                  : 535.161.08\n", 1)
+        "    GSP Firmware Version                  : 535.161.08\n",
+        1,
+    )
     assert nvidia_smi_text.parse(text)["gpus"][0]["recovery_action"] == value
 
 
 def test_unknown_recovery_action_is_error():
-    xml = read(ADA).replace("<gpu_recovery_action>None<",
-                            "<gpu_recovery_action>Recover IMEX Domain<")
+    xml = read(ADA).replace(
+        "<gpu_recovery_action>None<", "<gpu_recovery_action>Recover IMEX Domain<"
+    )
     gpu = nvidia_smi_xml.parse(xml)["gpus"][0]
     assert gpu["unavailable"]["recovery_action"]["kind"] == "error"
     assert "Recover IMEX Domain" in gpu["unavailable"]["recovery_action"]["detail"]
@@ -316,23 +367,32 @@ def test_unknown_recovery_action_is_error():
 
 def test_ecc_parity_and_secded_are_summed():
     text = read(H100X8)
-    volatile = ("        Volatile\n"
-                "            SRAM Correctable              : 0\n"
-                "            SRAM Uncorrectable Parity     : 0\n"
-                "            SRAM Uncorrectable SEC-DED    : 0\n"
-                "            DRAM Correctable              : 0\n"
-                "            DRAM Uncorrectable            : 0\n")
+    volatile = (
+        "        Volatile\n"
+        "            SRAM Correctable              : 0\n"
+        "            SRAM Uncorrectable Parity     : 0\n"
+        "            SRAM Uncorrectable SEC-DED    : 0\n"
+        "            DRAM Correctable              : 0\n"
+        "            DRAM Uncorrectable            : 0\n"
+    )
     assert volatile in text
-    text = text.replace(volatile, volatile.replace("Correctable              : 0",
-                                                   "Correctable              : 7")
-                        .replace("Parity     : 0", "Parity     : 2")
-                        .replace("SEC-DED    : 0", "SEC-DED    : 3")
-                        .replace("DRAM Uncorrectable            : 0",
-                                 "DRAM Uncorrectable            : 1"), 1)
+    text = text.replace(
+        volatile,
+        volatile.replace("Correctable              : 0", "Correctable              : 7")
+        .replace("Parity     : 0", "Parity     : 2")
+        .replace("SEC-DED    : 0", "SEC-DED    : 3")
+        .replace("DRAM Uncorrectable            : 0", "DRAM Uncorrectable            : 1"),
+        1,
+    )
     ecc = nvidia_smi_text.parse(text)["gpus"][0]["ecc"]
-    assert ecc["volatile"] == {"corrected": 14, "uncorrected": 6, "sram_corrected": 7,
-                               "sram_uncorrected": 5, "dram_corrected": 7,
-                               "dram_uncorrected": 1}
+    assert ecc["volatile"] == {
+        "corrected": 14,
+        "uncorrected": 6,
+        "sram_corrected": 7,
+        "sram_uncorrected": 5,
+        "dram_corrected": 7,
+        "dram_uncorrected": 1,
+    }
     assert ecc["aggregate"] == ZERO_ECC
 
 

@@ -35,23 +35,37 @@ errors = []
 facts = nvml.collect({timeout}, errors)
 print(json.dumps({{"r": facts, "errors": errors, "symbols": sorted(symbols)}}))
 """
-REQUIRED_SCENARIOS = ("healthy-h100x8", "ecc-uncorrectable-gpu3", "recovery-reset-gpu5",
-                      "missing-gpu7", "driver-560", "hot-gpu2", "rowremap-pending-gpu1",
-                      "nvml-hang", "no-driver")
+REQUIRED_SCENARIOS = (
+    "healthy-h100x8",
+    "ecc-uncorrectable-gpu3",
+    "recovery-reset-gpu5",
+    "missing-gpu7",
+    "driver-560",
+    "hot-gpu2",
+    "rowremap-pending-gpu1",
+    "nvml-hang",
+    "no-driver",
+)
 QUIRKS = {
     "extends": "healthy-h100x8",
     "fn": {"nvmlDeviceGetTemperatureV": "ERROR:13"},  # a library too old for it: fall back
     "gpu": {
         0: {"serial": "NOT_SUPPORTED", "nvlink": {5: 0}},
         1: {"handle": "ERROR:15"},  # GPU is lost
-        2: {"ecc": {"mode": 0}, "remapped_rows": {"correctable": "NOT_SUPPORTED"},
-            "retired_pages": {"single_bit": 3, "double_bit": 1, "pending": 1}},
+        2: {
+            "ecc": {"mode": 0},
+            "remapped_rows": {"correctable": "NOT_SUPPORTED"},
+            "retired_pages": {"single_bit": 3, "double_bit": 1, "pending": 1},
+        },
         3: {"nvlink": {"count": 0}},  # a PCIe-only board
         4: {"processes": ["1:1024", "999999999:2048"]},
         5: {"power": {"draw_w": "ERROR:999"}, "vbios_version": "ERROR:26"},
         6: {"recovery_action": "ERROR:15"},
-        7: {"ecc": {"volatile": {"sram_corrected": "NOT_SUPPORTED",
-                                 "sram_uncorrected": "NOT_SUPPORTED"}}},
+        7: {
+            "ecc": {
+                "volatile": {"sram_corrected": "NOT_SUPPORTED", "sram_uncorrected": "NOT_SUPPORTED"}
+            }
+        },
     },
 }
 
@@ -60,8 +74,13 @@ def run_probe(lib: Path, scenario_file: Path, prelude: str = "") -> dict[str, An
     """collect() in a fresh interpreter (after `prelude`); the result and the time it took."""
     script = SCRIPT.format(timeout=CALL_TIMEOUT_S, prelude=prelude)
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=nvml_env(lib.parent, scenario_file), timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=nvml_env(lib.parent, scenario_file),
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     return {**json.loads(proc.stdout), "elapsed_s": time.monotonic() - started}
 
@@ -103,8 +122,17 @@ def kind(obj: dict, key: str) -> str:
     return obj["unavailable"][key]["kind"]
 
 
-ZERO_COUNTS = dict.fromkeys(("corrected", "uncorrected", "sram_corrected", "sram_uncorrected",
-                             "dram_corrected", "dram_uncorrected"), 0)
+ZERO_COUNTS = dict.fromkeys(
+    (
+        "corrected",
+        "uncorrected",
+        "sram_corrected",
+        "sram_uncorrected",
+        "dram_corrected",
+        "dram_uncorrected",
+    ),
+    0,
+)
 
 
 @pytest.mark.parametrize("name", REQUIRED_SCENARIOS)
@@ -118,9 +146,13 @@ def test_healthy_node(probe):
     result = probe("healthy-h100x8")
     facts = result["r"]
     assert result["errors"] == []
-    assert facts["driver"] == {"loaded": True, "version": "570.86.15",
-                               "cuda_driver_version": "12.8", "nvml_version": "12.570.86.15",
-                               "unavailable": {}}
+    assert facts["driver"] == {
+        "loaded": True,
+        "version": "570.86.15",
+        "cuda_driver_version": "12.8",
+        "nvml_version": "12.570.86.15",
+        "unavailable": {},
+    }
     assert facts["gpu_count"] == 8
     assert [gpu["index"] for gpu in facts["gpus"]] == list(range(8))
     bus_ids = {gpu["pci_bus_id"] for gpu in facts["gpus"]}
@@ -134,17 +166,31 @@ def test_healthy_node(probe):
         assert gpu["architecture"] == "Hopper"
         assert gpu["persistence_mode"] is True
         assert (gpu["memory_total_mib"], gpu["memory_used_mib"]) == (81559, 0)
-        assert (gpu["temperature_c"], gpu["temp_tlimit_margin_c"], gpu["temp_slowdown_c"],
-                gpu["temp_shutdown_c"], gpu["temp_max_operating_c"]) == (40, 45, 87, 92, 85)
+        assert (
+            gpu["temperature_c"],
+            gpu["temp_tlimit_margin_c"],
+            gpu["temp_slowdown_c"],
+            gpu["temp_shutdown_c"],
+            gpu["temp_max_operating_c"],
+        ) == (40, 45, 87, 92, 85)
         assert gpu["ecc_mode"] == "enabled"
         assert gpu["ecc"] == {"volatile": ZERO_COUNTS, "aggregate": ZERO_COUNTS}
         assert kind(gpu, "retired_pages") == "not_supported"  # Hopper remaps rows instead
-        assert gpu["remapped_rows"] == {"correctable": 0, "uncorrectable": 0, "pending": False,
-                                        "failure": False}
+        assert gpu["remapped_rows"] == {
+            "correctable": 0,
+            "uncorrectable": 0,
+            "pending": False,
+            "failure": False,
+        }
         assert gpu["clock_event_reasons"] == {"active": ["gpu_idle"], "mask": 1}
         assert (gpu["power_draw_w"], gpu["power_limit_w"]) == (120.0, 700.0)
-        assert gpu["pcie"] == {"gen_current": 5, "gen_max": 5, "width_current": 16,
-                               "width_max": 16, "replay_count": 0}
+        assert gpu["pcie"] == {
+            "gen_current": 5,
+            "gen_max": 5,
+            "width_current": 16,
+            "width_max": 16,
+            "replay_count": 0,
+        }
         assert gpu["nvlink"] == [{"link": link, "up": True} for link in range(18)]
         assert gpu["recovery_action"] == 0
         assert gpu["processes"] == []
@@ -176,7 +222,9 @@ def test_driver_before_r570_has_no_recovery_action(probe):
     result = probe("driver-560")
     facts = result["r"]
     assert (facts["driver"]["version"], facts["driver"]["cuda_driver_version"]) == (
-        "560.35.03", "12.6")
+        "560.35.03",
+        "12.6",
+    )
     for gpu in facts["gpus"]:
         assert kind(gpu, "recovery_action") == "not_supported"  # never a healthy-looking 0
         assert "r570" in gpu["unavailable"]["recovery_action"]["detail"]
@@ -187,16 +235,25 @@ def test_hot_gpu2(probe):
     facts = probe("hot-gpu2")["r"]
     hot = facts["gpus"][2]
     assert (hot["temperature_c"], hot["temp_tlimit_margin_c"], hot["temp_slowdown_c"]) == (
-        91, -6, 87)
+        91,
+        -6,
+        87,
+    )
     assert hot["clock_event_reasons"] == {
-        "active": ["sw_thermal_slowdown", "hw_thermal_slowdown"], "mask": 0x60}
+        "active": ["sw_thermal_slowdown", "hw_thermal_slowdown"],
+        "mask": 0x60,
+    }
     assert {gpu["temperature_c"] for gpu in facts["gpus"] if gpu["index"] != 2} == {40}
 
 
 def test_row_remap_pending_on_gpu1(probe):
     facts = probe("rowremap-pending-gpu1")["r"]
-    assert facts["gpus"][1]["remapped_rows"] == {"correctable": 0, "uncorrectable": 1,
-                                                 "pending": True, "failure": False}
+    assert facts["gpus"][1]["remapped_rows"] == {
+        "correctable": 0,
+        "uncorrectable": 1,
+        "pending": True,
+        "failure": False,
+    }
     assert not any(gpu["remapped_rows"]["pending"] for gpu in facts["gpus"] if gpu["index"] != 1)
 
 
@@ -204,8 +261,9 @@ def test_hung_call_costs_one_timeout(probe):
     result = probe("nvml-hang")
     assert result["elapsed_s"] < CALL_TIMEOUT_S + 5
     hung = "nvmlDeviceGetTemperatureV(gpu=4)"
-    assert result["errors"] == [{"probe": "nvml", "call": hung,
-                                 "error": f"timed out after {CALL_TIMEOUT_S:g} s"}]
+    assert result["errors"] == [
+        {"probe": "nvml", "call": hung, "error": f"timed out after {CALL_TIMEOUT_S:g} s"}
+    ]
     gpus = result["r"]["gpus"]
     assert [gpu["temperature_c"] for gpu in gpus[:4]] == [40] * 4
     gpu4 = gpus[4]
@@ -225,8 +283,7 @@ def test_hung_call_costs_one_timeout(probe):
 def test_driver_not_loaded(probe):
     result = probe("no-driver")
     assert result["r"] is None
-    assert result["errors"] == [{"probe": "nvml", "call": "nvmlInit",
-                                 "error": "Driver Not Loaded"}]
+    assert result["errors"] == [{"probe": "nvml", "call": "nvmlInit", "error": "Driver Not Loaded"}]
 
 
 def test_no_scenario_file_means_driver_not_loaded(fake_nvml_lib, tmp_path):
@@ -235,37 +292,63 @@ def test_no_scenario_file_means_driver_not_loaded(fake_nvml_lib, tmp_path):
     assert "driver not loaded" in result["errors"][0]["error"].lower()
 
 
-@pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None,
-                    reason="a real libnvidia-ml is installed here")
+@pytest.mark.skipif(
+    ctypes.util.find_library("nvidia-ml") is not None,
+    reason="a real libnvidia-ml is installed here",
+)
 def test_no_library(tmp_path):
     env = {key: value for key, value in os.environ.items() if key != "LD_LIBRARY_PATH"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT.format(timeout=CALL_TIMEOUT_S, prelude="")],
-                          capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT.format(timeout=CALL_TIMEOUT_S, prelude="")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     result = json.loads(proc.stdout)
     assert result["r"] is None
-    assert result["errors"] == [{"probe": "nvml", "call": "nvmlInit",
-                                 "error": "NVML Shared Library Not Found"}]
+    assert result["errors"] == [
+        {"probe": "nvml", "call": "nvmlInit", "error": "NVML Shared Library Not Found"}
+    ]
 
 
 def test_without_pynvml_collect_returns_none(fake_nvml_lib, tmp_path):
     (tmp_path / "pynvml.py").write_text("raise ImportError('No module named pynvml (test)')\n")
-    script = ("import json; from gpuhealth.probe import nvml; e = []; "
-              "print(json.dumps({'r': nvml.collect(2.0, e), 'errors': e}))")
+    script = (
+        "import json; from gpuhealth.probe import nvml; e = []; "
+        "print(json.dumps({'r': nvml.collect(2.0, e), 'errors': e}))"
+    )
     scenario = write_scenario("healthy-h100x8", tmp_path / "healthy.txt")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env={**nvml_env(fake_nvml_lib.parent, scenario),
-                               "PYTHONPATH": str(tmp_path)}, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={**nvml_env(fake_nvml_lib.parent, scenario), "PYTHONPATH": str(tmp_path)},
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == {"r": None, "errors": [{
-        "probe": "nvml", "call": "import pynvml",
-        "error": "ImportError: No module named pynvml (test)"}]}
+    assert json.loads(proc.stdout) == {
+        "r": None,
+        "errors": [
+            {
+                "probe": "nvml",
+                "call": "import pynvml",
+                "error": "ImportError: No module named pynvml (test)",
+            }
+        ],
+    }
 
 
 def test_older_nvidia_ml_py(fake_nvml_lib, tmp_path):
     """A pynvml without the field 230 name and without nvmlDeviceGetTemperatureV still works."""
     scenario = write_scenario("recovery-reset-gpu5", tmp_path / "reset.txt")
-    result = run_probe(fake_nvml_lib, scenario, prelude=(
-        "del pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, pynvml.nvmlDeviceGetTemperatureV"))
+    result = run_probe(
+        fake_nvml_lib,
+        scenario,
+        prelude=(
+            "del pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, pynvml.nvmlDeviceGetTemperatureV"
+        ),
+    )
     gpus = result["r"]["gpus"]
     assert [gpu["recovery_action"] for gpu in gpus] == [0, 0, 0, 0, 0, 1, 0, 0]
     assert {gpu["temperature_c"] for gpu in gpus} == {40}
@@ -310,23 +393,43 @@ def test_quirks(probe):
         {"probe": "nvml", "call": "nvmlDeviceGetHandleByIndex(gpu=1)", "error": "GPU is lost"},
         {"probe": "nvml", "call": "nvmlDeviceGetVbiosVersion(gpu=5)", "error": "Deprecated"},
         {"probe": "nvml", "call": "nvmlDeviceGetPowerUsage(gpu=5)", "error": "Unknown Error"},
-        {"probe": "nvml", "call": "nvmlDeviceGetFieldValues(gpu=6, field=230)",
-         "error": "nvmlReturn=15 (NVMLError_GpuIsLost), valueType=1"},
+        {
+            "probe": "nvml",
+            "call": "nvmlDeviceGetFieldValues(gpu=6, field=230)",
+            "error": "nvmlReturn=15 (NVMLError_GpuIsLost), valueType=1",
+        },
     ]
 
 
 def test_fake_exports_exactly_the_symbols_the_collector_uses(probe, fake_nvml_lib):
-    exported = subprocess.run(["nm", "-D", "--defined-only", str(fake_nvml_lib)],
-                              capture_output=True, text=True, check=True).stdout
+    exported = subprocess.run(
+        ["nm", "-D", "--defined-only", str(fake_nvml_lib)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     exported_names = {line.split()[-1] for line in exported.splitlines() if " T " in line}
     used = set(probe("healthy-h100x8")["symbols"]) | set(probe("quirks")["symbols"])
     assert exported_names == used
 
 
 def test_fake_compiles_without_warnings(tmp_path):
-    proc = subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror",
-                           "-o", str(tmp_path / "lib.so"), str(SOURCE)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            "gcc",
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-o",
+            str(tmp_path / "lib.so"),
+            str(SOURCE),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -344,6 +447,11 @@ def test_scenarios_flatten_with_extends(tmp_path):
     assert "driver_version=560.35.03" in text
     assert "gpu.all.recovery_action=NOT_SUPPORTED" in text
     assert "gpu.count=8" in text  # from healthy-h100x8
-    lines = write_scenario({"extends": "missing-gpu7", "gpu": {3: {"nvlink": {"count": 0}}}},
-                           tmp_path / "d.txt").read_text().splitlines()
+    lines = (
+        write_scenario(
+            {"extends": "missing-gpu7", "gpu": {3: {"nvlink": {"count": 0}}}}, tmp_path / "d.txt"
+        )
+        .read_text()
+        .splitlines()
+    )
     assert "gpu.count=7" in lines and "gpu.3.nvlink.count=0" in lines

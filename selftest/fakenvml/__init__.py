@@ -32,8 +32,11 @@ def build_library(cache_dir: Path) -> Path:
         return library
     lib_dir.mkdir(parents=True, exist_ok=True)
     partial = lib_dir / f".{LIBRARY_NAME}.{os.getpid()}"  # parallel builders must not collide
-    gcc = subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-o", str(partial),
-                          str(SOURCE)], capture_output=True, text=True)
+    gcc = subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-o", str(partial), str(SOURCE)],
+        capture_output=True,
+        text=True,
+    )
     if gcc.returncode != 0:
         raise RuntimeError(f"building the fake NVML failed:\n{gcc.stderr}")
     partial.replace(library)
@@ -95,6 +98,7 @@ def nvml_env(lib_dir: Path, scenario_file: Path) -> dict[str, str]:
     """os.environ plus what makes pynvml load the fake and the fake serve scenario_file."""
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        part for part in (str(lib_dir), env.get("LD_LIBRARY_PATH")) if part)
+        part for part in (str(lib_dir), env.get("LD_LIBRARY_PATH")) if part
+    )
     env["FAKE_NVML_SCENARIO"] = str(scenario_file)
     return env

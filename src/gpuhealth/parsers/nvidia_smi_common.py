@@ -61,12 +61,34 @@ class RawGpu:
 
 
 FIELD_NAMES = (
-    "name", "uuid", "serial", "pci_bus_id", "pci_device_id", "architecture", "vbios_version",
-    "persistence_mode", "memory_total", "memory_used", "temperature", "tlimit_margin",
-    "shutdown_abs", "slowdown_abs", "max_operating_abs",
-    "shutdown_offset", "slowdown_offset", "max_operating_offset",
-    "ecc_mode", "power_draw", "power_draw_average", "power_draw_instant", "power_limit",
-    "pcie_gen_current", "pcie_gen_max", "pcie_width_current", "pcie_width_max", "replay_count",
+    "name",
+    "uuid",
+    "serial",
+    "pci_bus_id",
+    "pci_device_id",
+    "architecture",
+    "vbios_version",
+    "persistence_mode",
+    "memory_total",
+    "memory_used",
+    "temperature",
+    "tlimit_margin",
+    "shutdown_abs",
+    "slowdown_abs",
+    "max_operating_abs",
+    "shutdown_offset",
+    "slowdown_offset",
+    "max_operating_offset",
+    "ecc_mode",
+    "power_draw",
+    "power_draw_average",
+    "power_draw_instant",
+    "power_limit",
+    "pcie_gen_current",
+    "pcie_gen_max",
+    "pcie_width_current",
+    "pcie_width_max",
+    "replay_count",
     "recovery_action",
 )
 
@@ -125,27 +147,27 @@ def to_count(text: str) -> int:
 
 
 def to_mib(text: str) -> int:
-    """"81559 MiB" -> 81559."""
+    """ "81559 MiB" -> 81559."""
     return int(_number(text, ("MiB",)))
 
 
 def to_celsius(text: str) -> int:
-    """"29 C" -> 29, "-2 C" -> -2 (T.Limit offsets are negative past the limit)."""
+    """ "29 C" -> 29, "-2 C" -> -2 (T.Limit offsets are negative past the limit)."""
     return int(_number(text, ("C",)))
 
 
 def to_watts(text: str) -> float:
-    """"67.74 W" -> 67.74."""
+    """ "67.74 W" -> 67.74."""
     return float(_number(text, ("W",)))
 
 
 def to_link_width(text: str) -> int:
-    """"16x" -> 16."""
+    """ "16x" -> 16."""
     return int(_number(text, ("x",)))
 
 
 def to_link_gen(text: str) -> int:
-    """"5" -> 5."""
+    """ "5" -> 5."""
     return int(_number(text, ("",)))
 
 
@@ -154,7 +176,7 @@ _FALSE = {"disabled", "notactive", "no", "false", "off"}
 
 
 def to_bool(text: str) -> bool:
-    """"Enabled"/"Active"/"Yes" -> True; "Disabled"/"Not Active"/"No" -> False."""
+    """ "Enabled"/"Active"/"Yes" -> True; "Disabled"/"Not Active"/"No" -> False."""
     key = norm(text)
     if key in _TRUE:
         return True
@@ -164,7 +186,7 @@ def to_bool(text: str) -> bool:
 
 
 def to_ecc_mode(text: str) -> str:
-    """"Enabled" -> "enabled" (the facts spelling)."""
+    """ "Enabled" -> "enabled" (the facts spelling)."""
     return "enabled" if to_bool(text) else "disabled"
 
 
@@ -188,7 +210,7 @@ def to_pci_bus_id(text: str) -> str:
 
 
 def to_pci_device_id(text: str) -> str:
-    """"1EB810DE" (XML) and "0x1EB810DE" (text) -> "0x1EB810DE"."""
+    """ "1EB810DE" (XML) and "0x1EB810DE" (text) -> "0x1EB810DE"."""
     digits = text[2:] if text.lower().startswith("0x") else text
     if not re.fullmatch(r"[0-9A-Fa-f]{8}", digits):
         raise ValueError(text)
@@ -282,7 +304,7 @@ def clock_reason_name(label: str) -> Optional[str]:
     key = norm(label)
     for prefix in _CLOCK_REASON_PREFIXES:
         if key.startswith(prefix):
-            key = key[len(prefix):]
+            key = key[len(prefix) :]
             break
     return CLOCK_REASON_NAMES.get(key)
 
@@ -324,8 +346,9 @@ def sum_parts(*parts: Optional[int]) -> Optional[int]:
 class _Builder:
     """Fills one facts GPU object from a RawGpu; collects notes for the document's errors."""
 
-    def __init__(self, index: int, raw: RawGpu, driver_version: Optional[str],
-                 missing: Unavailable) -> None:
+    def __init__(
+        self, index: int, raw: RawGpu, driver_version: Optional[str], missing: Unavailable
+    ) -> None:
         self.raw = raw
         self.driver_version = driver_version
         self.missing = missing
@@ -365,8 +388,11 @@ class _Builder:
     def thresholds(self, temperature: Optional[int], margin: Optional[int]) -> None:
         margin_reason = None if margin is not None else self.read("tlimit_margin", to_celsius)[1]
         temp_reason = None if temperature is not None else self.read("temperature", to_celsius)[1]
-        for key, stem in (("temp_slowdown_c", "slowdown"), ("temp_shutdown_c", "shutdown"),
-                          ("temp_max_operating_c", "max_operating")):
+        for key, stem in (
+            ("temp_slowdown_c", "slowdown"),
+            ("temp_shutdown_c", "shutdown"),
+            ("temp_max_operating_c", "max_operating"),
+        ):
             absolute, abs_reason = self.read(f"{stem}_abs", to_celsius)
             if absolute is not None:
                 self.gpu[key] = absolute
@@ -382,13 +408,22 @@ class _Builder:
             else:
                 lacking = margin_reason or temp_reason or self.missing
                 what = "T.Limit margin" if margin is None else "current temperature"
-                self.unavailable(key, Unavailable(
-                    lacking.kind, f"threshold given as T.Limit offset {offset} C, but the "
-                                  f"{what} is unavailable ({lacking.detail})"))
+                self.unavailable(
+                    key,
+                    Unavailable(
+                        lacking.kind,
+                        f"threshold given as T.Limit offset {offset} C, but the "
+                        f"{what} is unavailable ({lacking.detail})",
+                    ),
+                )
 
-    def section_values(self, section: dict[str, str], table: dict[str, str], what: str,
-                       convs: dict[str, Callable[[str], Any]]) -> tuple[dict[str, list[Any]],
-                                                                       Optional[Unavailable]]:
+    def section_values(
+        self,
+        section: dict[str, str],
+        table: dict[str, str],
+        what: str,
+        convs: dict[str, Callable[[str], Any]],
+    ) -> tuple[dict[str, list[Any]], Optional[Unavailable]]:
         """Convert the known leaves of a section; the first unreadable one makes it an error."""
         values: dict[str, list[Any]] = {}
         for path, raw in section.items():
@@ -414,8 +449,7 @@ class _Builder:
                 self.unavailable("ecc", Unavailable("not_supported", "ECC mode is disabled"))
                 return
             if reason is not None and reason.kind == "not_supported":
-                self.unavailable("ecc", Unavailable("not_supported",
-                                                    f"ECC mode: {reason.detail}"))
+                self.unavailable("ecc", Unavailable("not_supported", f"ECC mode: {reason.detail}"))
                 return
         section = self.raw.ecc
         if section is None:
@@ -441,8 +475,9 @@ class _Builder:
             result[name] = _ecc_totals(parts) if parts else None
         counts = [v for totals in result.values() if totals for v in totals.values()]
         if all(v is None for v in counts):
-            self.unavailable("ecc", Unavailable("not_supported",
-                                                "nvidia-smi: all ECC counters N/A"))
+            self.unavailable(
+                "ecc", Unavailable("not_supported", "nvidia-smi: all ECC counters N/A")
+            )
             return
         self.gpu["ecc"] = result
 
@@ -455,8 +490,11 @@ class _Builder:
             self.unavailable("retired_pages", self.whole_section_reason(section, "retired pages"))
             return
         values, reason = self.section_values(
-            section, _RETIRED_PARTS, "retired pages",
-            {"single_bit": to_count, "double_bit": to_count, "pending": to_bool})
+            section,
+            _RETIRED_PARTS,
+            "retired pages",
+            {"single_bit": to_count, "double_bit": to_count, "pending": to_bool},
+        )
         if reason is not None:
             self.unavailable("retired_pages", reason)
             return
@@ -466,8 +504,7 @@ class _Builder:
         if single is None and double is None and pending is None:
             self.unavailable("retired_pages", Unavailable("not_supported", "nvidia-smi: N/A"))
             return
-        self.gpu["retired_pages"] = {"single_bit": single, "double_bit": double,
-                                     "pending": pending}
+        self.gpu["retired_pages"] = {"single_bit": single, "double_bit": double, "pending": pending}
 
     def remapped_rows(self) -> None:
         section = self.raw.remapped_rows
@@ -478,14 +515,22 @@ class _Builder:
             self.unavailable("remapped_rows", self.whole_section_reason(section, "remapped rows"))
             return
         values, reason = self.section_values(
-            section, _REMAP_PARTS, "remapped rows",
-            {"correctable": to_count, "uncorrectable": to_count, "pending": to_bool,
-             "failure": to_bool})
+            section,
+            _REMAP_PARTS,
+            "remapped rows",
+            {
+                "correctable": to_count,
+                "uncorrectable": to_count,
+                "pending": to_bool,
+                "failure": to_bool,
+            },
+        )
         if reason is not None:
             self.unavailable("remapped_rows", reason)
             return
-        rows = {k: _first(values, k) for k in ("correctable", "uncorrectable", "pending",
-                                               "failure")}
+        rows = {
+            k: _first(values, k) for k in ("correctable", "uncorrectable", "pending", "failure")
+        }
         if all(v is None for v in rows.values()):
             self.unavailable("remapped_rows", Unavailable("not_supported", "nvidia-smi: N/A"))
             return
@@ -497,8 +542,9 @@ class _Builder:
             self.unavailable("clock_event_reasons", self.missing)
             return
         if isinstance(items, str):
-            self.unavailable("clock_event_reasons",
-                             self.whole_section_reason(items, "clock event reasons"))
+            self.unavailable(
+                "clock_event_reasons", self.whole_section_reason(items, "clock event reasons")
+            )
             return
         active: list[str] = []
         read: set[str] = set()
@@ -513,8 +559,9 @@ class _Builder:
                     self.notes.append(f"unrecognised clock event reason {label!r} is Active")
                 continue
             if reason is not None and reason.kind == "error":
-                self.unavailable("clock_event_reasons",
-                                 Unavailable("error", f"{label}: {reason.detail}"))
+                self.unavailable(
+                    "clock_event_reasons", Unavailable("error", f"{label}: {reason.detail}")
+                )
                 return
             if reason is not None:
                 not_supported.add(name)
@@ -526,22 +573,31 @@ class _Builder:
         if unknown and unread:
             # Garbled output: a reason may hide behind an unrecognised label, so an empty
             # "active" list would claim "no HW slowdown" without evidence.
-            self.unavailable("clock_event_reasons", Unavailable(
-                "error", f"unrecognised reason lines {unknown} and no reading for {unread}"))
+            self.unavailable(
+                "clock_event_reasons",
+                Unavailable(
+                    "error", f"unrecognised reason lines {unknown} and no reading for {unread}"
+                ),
+            )
             return
         if not read:
-            self.unavailable("clock_event_reasons",
-                             Unavailable("not_supported", "nvidia-smi: all reasons N/A")
-                             if not_supported else self.missing)
+            self.unavailable(
+                "clock_event_reasons",
+                Unavailable("not_supported", "nvidia-smi: all reasons N/A")
+                if not_supported
+                else self.missing,
+            )
             return
         self.gpu["clock_event_reasons"] = clock_reasons(active)
 
     def pcie(self) -> None:
-        names = {"gen_current": ("pcie_gen_current", to_link_gen),
-                 "gen_max": ("pcie_gen_max", to_link_gen),
-                 "width_current": ("pcie_width_current", to_link_width),
-                 "width_max": ("pcie_width_max", to_link_width),
-                 "replay_count": ("replay_count", to_count)}
+        names = {
+            "gen_current": ("pcie_gen_current", to_link_gen),
+            "gen_max": ("pcie_gen_max", to_link_gen),
+            "width_current": ("pcie_width_current", to_link_width),
+            "width_max": ("pcie_width_max", to_link_width),
+            "replay_count": ("replay_count", to_count),
+        }
         pcie: dict[str, Any] = {}
         reasons: list[Unavailable] = []
         for key, (name, conv) in names.items():
@@ -563,9 +619,13 @@ class _Builder:
             return
         major = driver_major(self.driver_version)
         if major is not None and major < RECOVERY_ACTION_MIN_DRIVER:
-            self.unavailable("recovery_action", Unavailable(
-                "not_supported",
-                f"driver {self.driver_version} predates the GPU recovery action (r570)"))
+            self.unavailable(
+                "recovery_action",
+                Unavailable(
+                    "not_supported",
+                    f"driver {self.driver_version} predates the GPU recovery action (r570)",
+                ),
+            )
         else:
             self.unavailable("recovery_action", self.missing)
 
@@ -613,12 +673,17 @@ class _Builder:
         self.retired_pages()
         self.remapped_rows()
         self.clock_event_reasons()
-        self.first_of("power_draw_w", ("power_draw", "power_draw_average", "power_draw_instant"),
-                      to_watts)
+        self.first_of(
+            "power_draw_w", ("power_draw", "power_draw_average", "power_draw_instant"), to_watts
+        )
         self.scalar("power_limit_w", "power_limit", to_watts)
         self.pcie()
-        self.unavailable("nvlink", Unavailable(
-            "absent", "nvidia-smi -q does not report NVLink (see nvidia-smi nvlink --status)"))
+        self.unavailable(
+            "nvlink",
+            Unavailable(
+                "absent", "nvidia-smi -q does not report NVLink (see nvidia-smi nvlink --status)"
+            ),
+        )
         self.recovery_action()
         self.processes()
         return self.gpu
@@ -635,8 +700,9 @@ def _ecc_totals(parts: dict[str, Optional[int]]) -> dict[str, Optional[int]]:
     sram_c = parts.get("sram_correctable")
     sram_u = parts.get("sram_uncorrectable")
     if sram_u is None:
-        sram_u = sum_parts(parts.get("sram_uncorrectable_parity"),
-                           parts.get("sram_uncorrectable_secded"))
+        sram_u = sum_parts(
+            parts.get("sram_uncorrectable_parity"), parts.get("sram_uncorrectable_secded")
+        )
     dram_c = parts.get("dram_correctable")
     if dram_c is None:
         dram_c = parts.get("single_bit_device_memory")
@@ -649,13 +715,19 @@ def _ecc_totals(parts: dict[str, Optional[int]]) -> dict[str, Optional[int]]:
     uncorrected = parts.get("double_bit_total")
     if uncorrected is None:
         uncorrected = sum_parts(sram_u, dram_u)
-    return {"corrected": corrected, "uncorrected": uncorrected,
-            "sram_corrected": sram_c, "sram_uncorrected": sram_u,
-            "dram_corrected": dram_c, "dram_uncorrected": dram_u}
+    return {
+        "corrected": corrected,
+        "uncorrected": uncorrected,
+        "sram_corrected": sram_c,
+        "sram_uncorrected": sram_u,
+        "dram_corrected": dram_c,
+        "dram_uncorrected": dram_u,
+    }
 
 
-def build_gpu(index: int, raw: RawGpu, *, driver_version: Optional[str],
-              missing: Unavailable) -> tuple[dict[str, Any], list[str]]:
+def build_gpu(
+    index: int, raw: RawGpu, *, driver_version: Optional[str], missing: Unavailable
+) -> tuple[dict[str, Any], list[str]]:
     """Facts GPU object from raw strings, plus notes for the document's `errors`.
 
     `missing` is the reason for anything the output did not print: `absent` normally,
@@ -669,8 +741,13 @@ def build_gpu(index: int, raw: RawGpu, *, driver_version: Optional[str],
 def build_driver(version: Optional[str], cuda: Optional[str]) -> dict[str, Any]:
     """Driver block: nvidia-smi answered, so the driver was loaded; it never prints NVML's
     own version."""
-    driver: dict[str, Any] = {"loaded": True, "version": None, "cuda_driver_version": None,
-                              "nvml_version": None, "unavailable": {}}
+    driver: dict[str, Any] = {
+        "loaded": True,
+        "version": None,
+        "cuda_driver_version": None,
+        "nvml_version": None,
+        "unavailable": {},
+    }
     for key, raw in (("version", version), ("cuda_driver_version", cuda)):
         if raw is None:
             mark_unavailable(driver, key, "absent", "not in nvidia-smi output")

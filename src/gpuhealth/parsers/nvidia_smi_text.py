@@ -30,7 +30,8 @@ from gpuhealth.parsers.nvidia_smi_common import (
 
 _KEY_VALUE = re.compile(r"^(?P<key>\S.*?)\s+:(?:\s+(?P<value>.*?))?\s*$")
 _GPU_HEADER = re.compile(
-    r"^GPU\s+(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])$")
+    r"^GPU\s+(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])$"
+)
 _BANNER = re.compile(r"^=+\s*NVSMI LOG\s*=+$")
 
 # Canonical field -> label paths below "GPU ..." (compared normalised), first present wins.
@@ -55,15 +56,21 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "max_operating_offset": ("Temperature/GPU Max Operating T.Limit Temp",),
     "ecc_mode": ("ECC Mode/Current",),
     "power_draw": ("GPU Power Readings/Power Draw", "Power Readings/Power Draw"),
-    "power_draw_average": ("GPU Power Readings/Average Power Draw",
-                           "Power Readings/Average Power Draw"),
-    "power_draw_instant": ("GPU Power Readings/Instantaneous Power Draw",
-                           "GPU Power Readings/Instant Power Draw",
-                           "Power Readings/Instantaneous Power Draw"),
-    "power_limit": ("GPU Power Readings/Current Power Limit",
-                    "Power Readings/Current Power Limit",
-                    "Power Readings/Enforced Power Limit",
-                    "Power Readings/Power Limit"),
+    "power_draw_average": (
+        "GPU Power Readings/Average Power Draw",
+        "Power Readings/Average Power Draw",
+    ),
+    "power_draw_instant": (
+        "GPU Power Readings/Instantaneous Power Draw",
+        "GPU Power Readings/Instant Power Draw",
+        "Power Readings/Instantaneous Power Draw",
+    ),
+    "power_limit": (
+        "GPU Power Readings/Current Power Limit",
+        "Power Readings/Current Power Limit",
+        "Power Readings/Enforced Power Limit",
+        "Power Readings/Power Limit",
+    ),
     "pcie_gen_current": ("PCI/GPU Link Info/PCIe Generation/Current",),
     "pcie_gen_max": ("PCI/GPU Link Info/PCIe Generation/Max",),
     "pcie_width_current": ("PCI/GPU Link Info/Link Width/Current",),
@@ -71,8 +78,10 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "replay_count": ("PCI/Replays Since Reset",),
     "recovery_action": ("GPU Recovery Action",),
 }
-_NORM_FIELDS = {name: tuple("/".join(norm(p) for p in path.split("/")) for path in paths)
-                for name, paths in _FIELDS.items()}
+_NORM_FIELDS = {
+    name: tuple("/".join(norm(p) for p in path.split("/")) for path in paths)
+    for name, paths in _FIELDS.items()
+}
 
 
 @dataclass
@@ -164,8 +173,7 @@ def _processes(gpu: _Node) -> Optional[list[dict[str, str]] | str]:
         if norm(child.key) != "processid":
             continue  # "GPU instance ID" / "Compute instance ID" belong to MIG
         proc = {"pid": child.value or ""}
-        for label, key in (("Type", "type"), ("Name", "name"),
-                           ("Used GPU Memory", "used_memory")):
+        for label, key in (("Type", "type"), ("Name", "name"), ("Used GPU Memory", "used_memory")):
             sub = child.child(label)
             if sub is not None and sub.value is not None:
                 proc[key] = sub.value
@@ -174,8 +182,9 @@ def _processes(gpu: _Node) -> Optional[list[dict[str, str]] | str]:
 
 
 def _raw_gpu(gpu: _Node, bus_id: str) -> RawGpu:
-    leaves = {"/".join(norm(p) for p in path.split("/")): value
-              for path, value in _leaves(gpu).items()}
+    leaves = {
+        "/".join(norm(p) for p in path.split("/")): value for path, value in _leaves(gpu).items()
+    }
     fields: dict[str, str] = {}
     for name, paths in _NORM_FIELDS.items():
         for path in paths:
@@ -204,14 +213,19 @@ def parse(text: str) -> dict[str, Any]:
         raise ParseError("line 1: empty input, expected nvidia-smi -q output")
     root, first_line = _tree(text)
     header = {norm(n.key): n for n in root.children if n.value is not None}
-    blocks = [(n, m.group("bus")) for n in root.children
-              if n.value is None and (m := _GPU_HEADER.match(n.key))]
+    blocks = [
+        (n, m.group("bus"))
+        for n in root.children
+        if n.value is None and (m := _GPU_HEADER.match(n.key))
+    ]
     if "driverversion" not in header and not blocks:
         lines = text.splitlines()
         number = first_line or 1
         shown = lines[number - 1].strip()[:60] if number <= len(lines) else ""
-        raise ParseError(f"line {number}: {shown!r} is not nvidia-smi -q output "
-                         "(no 'Driver Version' line and no 'GPU <bus id>' section)")
+        raise ParseError(
+            f"line {number}: {shown!r} is not nvidia-smi -q output "
+            "(no 'Driver Version' line and no 'GPU <bus id>' section)"
+        )
 
     def top(label: str) -> Optional[str]:
         node = header.get(norm(label))
@@ -222,13 +236,17 @@ def parse(text: str) -> dict[str, Any]:
     errors = count_errors(PROBE_TEXT, gpu_count, len(blocks))
     truncated = gpu_count is not None and len(blocks) < gpu_count
     absent = Unavailable("absent", "not in nvidia-smi -q output")
-    cut = Unavailable("error", f"nvidia-smi -q output truncated (attached {gpu_count}, "
-                               f"parsed {len(blocks)}) before this field")
+    cut = Unavailable(
+        "error",
+        f"nvidia-smi -q output truncated (attached {gpu_count}, "
+        f"parsed {len(blocks)}) before this field",
+    )
     gpus = []
     for index, (node, bus_id) in enumerate(blocks):
         missing = cut if truncated and index == len(blocks) - 1 else absent
-        gpu, notes = build_gpu(index, _raw_gpu(node, bus_id), driver_version=driver_version,
-                               missing=missing)
+        gpu, notes = build_gpu(
+            index, _raw_gpu(node, bus_id), driver_version=driver_version, missing=missing
+        )
         gpus.append(gpu)
         errors.extend({"probe": PROBE_TEXT, "error": f"GPU {index}: {note}"} for note in notes)
     return {

@@ -50,14 +50,20 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "max_operating_offset": ("temperature/gpu_temp_max_gpu_tlimit_threshold",),
     "ecc_mode": ("ecc_mode/current_ecc",),
     "power_draw": ("gpu_power_readings/power_draw", "power_readings/power_draw"),
-    "power_draw_average": ("gpu_power_readings/average_power_draw",
-                           "power_readings/average_power_draw"),
-    "power_draw_instant": ("gpu_power_readings/instant_power_draw",
-                           "power_readings/instant_power_draw"),
-    "power_limit": ("gpu_power_readings/current_power_limit",
-                    "power_readings/current_power_limit",
-                    "power_readings/enforced_power_limit",
-                    "power_readings/power_limit"),
+    "power_draw_average": (
+        "gpu_power_readings/average_power_draw",
+        "power_readings/average_power_draw",
+    ),
+    "power_draw_instant": (
+        "gpu_power_readings/instant_power_draw",
+        "power_readings/instant_power_draw",
+    ),
+    "power_limit": (
+        "gpu_power_readings/current_power_limit",
+        "power_readings/current_power_limit",
+        "power_readings/enforced_power_limit",
+        "power_readings/power_limit",
+    ),
     "pcie_gen_current": ("pci/pci_gpu_link_info/pcie_gen/current_link_gen",),
     "pcie_gen_max": ("pci/pci_gpu_link_info/pcie_gen/max_link_gen",),
     "pcie_width_current": ("pci/pci_gpu_link_info/link_widths/current_link_width",),
@@ -108,9 +114,14 @@ def _processes(gpu: ElementTree.Element) -> Optional[list[dict[str, str]] | str]
     procs = []
     for info in infos:
         leaves = _leaves(info)
-        procs.append({"pid": leaves.get("pid", ""), "type": leaves.get("type", ""),
-                      "name": leaves.get("process_name", "N/A"),
-                      "used_memory": leaves.get("used_memory", "N/A")})
+        procs.append(
+            {
+                "pid": leaves.get("pid", ""),
+                "type": leaves.get("type", ""),
+                "name": leaves.get("process_name", "N/A"),
+                "used_memory": leaves.get("used_memory", "N/A"),
+            }
+        )
     return procs
 
 
@@ -139,9 +150,9 @@ def _line_of(text: str, needle: str) -> int:
     return text.count("\n", 0, pos) + 1 if pos >= 0 else 1
 
 
-def parse(text: str, *,
-          fromstring: Callable[[str], ElementTree.Element] = ElementTree.fromstring
-          ) -> dict[str, Any]:
+def parse(
+    text: str, *, fromstring: Callable[[str], ElementTree.Element] = ElementTree.fromstring
+) -> dict[str, Any]:
     """Facts fragment (driver, gpu_count, gpus, errors) from `nvidia-smi -q -x` output.
 
     Raises ParseError, naming the position, when the text is not nvidia-smi XML at all.
@@ -157,8 +168,10 @@ def parse(text: str, *,
         raise ParseError(f"line 1: XML refused: {exc}") from exc
     if root.tag != "nvidia_smi_log":
         line = _line_of(text, f"<{root.tag}")
-        raise ParseError(f"line {line}: root element <{root.tag}> is not <nvidia_smi_log>; "
-                         "not nvidia-smi -q -x output")
+        raise ParseError(
+            f"line {line}: root element <{root.tag}> is not <nvidia_smi_log>; "
+            "not nvidia-smi -q -x output"
+        )
 
     def top(tag: str) -> Optional[str]:
         elem = root.find(tag)
@@ -168,14 +181,16 @@ def parse(text: str, *,
     gpu_elems = root.findall("gpu")
     gpu_count = attached_count(top("attached_gpus"))
     dtd = re.search(r"nvsmi_device_(v\d+)\.dtd", text[:500])
-    missing = Unavailable("absent", "not in nvidia-smi -q -x output"
-                          + (f" (DTD {dtd.group(1)})" if dtd else ""))
+    missing = Unavailable(
+        "absent", "not in nvidia-smi -q -x output" + (f" (DTD {dtd.group(1)})" if dtd else "")
+    )
 
     errors = count_errors(PROBE_XML, gpu_count, len(gpu_elems))
     gpus = []
     for index, elem in enumerate(gpu_elems):
-        gpu, notes = build_gpu(index, _raw_gpu(elem), driver_version=driver_version,
-                               missing=missing)
+        gpu, notes = build_gpu(
+            index, _raw_gpu(elem), driver_version=driver_version, missing=missing
+        )
         gpus.append(gpu)
         errors.extend({"probe": PROBE_XML, "error": f"GPU {index}: {note}"} for note in notes)
     return {

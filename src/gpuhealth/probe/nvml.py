@@ -36,18 +36,36 @@ _LOCATIONS = {"sram": 7, "dram": 2}  # nvmlMemoryLocation_t
 _RETIREMENT_CAUSES = {"single_bit": 0, "double_bit": 1}  # nvmlPageRetirementCause_t
 _DEFAULT_MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS before nvidia-ml-py 13.610
 # nvmlValueType_t -> c_nvmlValue_t member: a field value is read as the type NVML says it has.
-_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
-                  6: "usVal"}
+_VALUE_MEMBERS = {
+    0: "dVal",
+    1: "uiVal",
+    2: "ulVal",
+    3: "ullVal",
+    4: "sllVal",
+    5: "siVal",
+    6: "usVal",
+}
 # nvmlDeviceArchitecture_t -> the names nvidia-smi prints as product_architecture.
-_ARCHITECTURES = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing", 7: "Ampere",
-                  8: "Ada Lovelace", 9: "Hopper", 10: "Blackwell", 13: "Rubin"}
+_ARCHITECTURES = {
+    2: "Kepler",
+    3: "Maxwell",
+    4: "Pascal",
+    5: "Volta",
+    6: "Turing",
+    7: "Ampere",
+    8: "Ada Lovelace",
+    9: "Hopper",
+    10: "Blackwell",
+    13: "Rubin",
+}
 
 
 class _Unavailable(Exception):
     """Why a call gave no value: a facts `unavailable` kind, and whether it belongs in `errors`."""
 
-    def __init__(self, kind: str, call: str, error: str, code: int | None = None,
-                 record: bool | None = None) -> None:
+    def __init__(
+        self, kind: str, call: str, error: str, code: int | None = None, record: bool | None = None
+    ) -> None:
         self.kind, self.call, self.error, self.code = kind, call, error, code
         self.detail = f"{call}: {error}"
         super().__init__(self.detail)
@@ -80,8 +98,9 @@ class _Worker:
         self._jobs.put((fn, done, outcome))
         if not done.wait(self.timeout_s):
             self.hung = label
-            raise _Unavailable("timeout", label, f"timed out after {self.timeout_s:g} s",
-                               record=True)
+            raise _Unavailable(
+                "timeout", label, f"timed out after {self.timeout_s:g} s", record=True
+            )
         ok, value = outcome[0]
         if ok:
             return value
@@ -129,8 +148,15 @@ class _Session:
             mark_unavailable(obj, key, why.kind, why.detail)
         self.record(why)
 
-    def read(self, obj: dict, keys: str | tuple[str, ...], label: str, name: str, *args: Any,
-             convert: Callable[[Any], Any] | None = None) -> None:
+    def read(
+        self,
+        obj: dict,
+        keys: str | tuple[str, ...],
+        label: str,
+        name: str,
+        *args: Any,
+        convert: Callable[[Any], Any] | None = None,
+    ) -> None:
         """obj[keys] = convert(pynvml.<name>(*args)); a tuple of keys takes a tuple of values."""
         try:
             value = self.call(label, name, *args)
@@ -170,8 +196,7 @@ def _watts(milliwatts: int) -> float:
 
 
 def _clock_reasons(mask: int) -> dict:
-    return {"active": [name for name, bit in CLOCK_REASON_BITS.items() if mask & bit],
-            "mask": mask}
+    return {"active": [name for name, bit in CLOCK_REASON_BITS.items() if mask & bit], "mask": mask}
 
 
 def _process(info: Any) -> dict:
@@ -201,14 +226,22 @@ class _GpuReader:
         """The call as it appears in details and errors: nvmlDeviceGetX(gpu=2, ...)."""
         return f"{name}({', '.join((f'gpu={self.index}', *extra))})"
 
-    def read(self, obj: dict, keys: str | tuple[str, ...], name: str, *args: Any,
-             extra: tuple[str, ...] = (), convert: Callable[[Any], Any] | None = None) -> None:
+    def read(
+        self,
+        obj: dict,
+        keys: str | tuple[str, ...],
+        name: str,
+        *args: Any,
+        extra: tuple[str, ...] = (),
+        convert: Callable[[Any], Any] | None = None,
+    ) -> None:
         self.s.read(obj, keys, self.at(name, *extra), name, self.handle, *args, convert=convert)
 
     def collect(self) -> dict:
         try:
-            self.handle = self.s.call(self.at("nvmlDeviceGetHandleByIndex"),
-                                      "nvmlDeviceGetHandleByIndex", self.index)
+            self.handle = self.s.call(
+                self.at("nvmlDeviceGetHandleByIndex"), "nvmlDeviceGetHandleByIndex", self.index
+            )
         except _Unavailable as why:  # e.g. GPU is lost: keep the record, every field says why
             self.s.note(self.gpu, GPU_KEYS[1:], why)
             return self.gpu
@@ -219,8 +252,12 @@ class _GpuReader:
         self._clocks_and_power()
         self._pcie()
         self._nvlink()
-        self.read(self.gpu, "processes", "nvmlDeviceGetComputeRunningProcesses_v3",
-                  convert=lambda infos: [_process(info) for info in infos])
+        self.read(
+            self.gpu,
+            "processes",
+            "nvmlDeviceGetComputeRunningProcesses_v3",
+            convert=lambda infos: [_process(info) for info in infos],
+        )
         self._recovery_action()
         return self.gpu
 
@@ -229,35 +266,54 @@ class _GpuReader:
         self.read(gpu, "name", "nvmlDeviceGetName", convert=_text)
         self.read(gpu, "uuid", "nvmlDeviceGetUUID", convert=_text)
         self.read(gpu, "serial", "nvmlDeviceGetSerial", convert=_text)
-        self.read(gpu, ("pci_bus_id", "pci_device_id"), "nvmlDeviceGetPciInfo",
-                  convert=lambda pci: (_text(pci.busId).upper(), f"0x{pci.pciDeviceId:08X}"))
-        self.read(gpu, "architecture", "nvmlDeviceGetArchitecture",
-                  convert=lambda arch: _ARCHITECTURES.get(arch, f"Unknown({arch})"))
+        self.read(
+            gpu,
+            ("pci_bus_id", "pci_device_id"),
+            "nvmlDeviceGetPciInfo",
+            convert=lambda pci: (_text(pci.busId).upper(), f"0x{pci.pciDeviceId:08X}"),
+        )
+        self.read(
+            gpu,
+            "architecture",
+            "nvmlDeviceGetArchitecture",
+            convert=lambda arch: _ARCHITECTURES.get(arch, f"Unknown({arch})"),
+        )
         self.read(gpu, "vbios_version", "nvmlDeviceGetVbiosVersion", convert=_text)
         self.read(gpu, "persistence_mode", "nvmlDeviceGetPersistenceMode", convert=bool)
-        self.read(gpu, ("memory_total_mib", "memory_used_mib"), "nvmlDeviceGetMemoryInfo",
-                  convert=lambda mem: (mem.total // MIB, mem.used // MIB))
+        self.read(
+            gpu,
+            ("memory_total_mib", "memory_used_mib"),
+            "nvmlDeviceGetMemoryInfo",
+            convert=lambda mem: (mem.total // MIB, mem.used // MIB),
+        )
 
     def _temperatures(self) -> None:
         gpu = self.gpu
         try:  # nvmlDeviceGetTemperature is deprecated; its successor needs r570+ and pynvml 12.570+
-            gpu["temperature_c"] = self.s.call(self.at("nvmlDeviceGetTemperatureV"),
-                                               "nvmlDeviceGetTemperatureV", self.handle, 0)
+            gpu["temperature_c"] = self.s.call(
+                self.at("nvmlDeviceGetTemperatureV"), "nvmlDeviceGetTemperatureV", self.handle, 0
+            )
         except _Unavailable as why:
             if why.kind == "not_supported":  # also FunctionNotFound: a driver before r570
                 self.read(gpu, "temperature_c", "nvmlDeviceGetTemperature", 0)
             else:
                 self.s.note(gpu, "temperature_c", why)
-        for key, threshold, label in (("temp_slowdown_c", _THRESHOLD_SLOWDOWN, "SLOWDOWN"),
-                                      ("temp_shutdown_c", _THRESHOLD_SHUTDOWN, "SHUTDOWN"),
-                                      ("temp_max_operating_c", _THRESHOLD_GPU_MAX, "GPU_MAX")):
+        for key, threshold, label in (
+            ("temp_slowdown_c", _THRESHOLD_SLOWDOWN, "SLOWDOWN"),
+            ("temp_shutdown_c", _THRESHOLD_SHUTDOWN, "SHUTDOWN"),
+            ("temp_max_operating_c", _THRESHOLD_GPU_MAX, "GPU_MAX"),
+        ):
             self.read(gpu, key, "nvmlDeviceGetTemperatureThreshold", threshold, extra=(label,))
         self.read(gpu, "temp_tlimit_margin_c", "nvmlDeviceGetMarginTemperature")
 
     def _ecc(self) -> None:
         gpu = self.gpu
-        self.read(gpu, "ecc_mode", "nvmlDeviceGetEccMode",
-                  convert=lambda modes: "enabled" if modes[0] else "disabled")
+        self.read(
+            gpu,
+            "ecc_mode",
+            "nvmlDeviceGetEccMode",
+            convert=lambda modes: "enabled" if modes[0] else "disabled",
+        )
         if gpu["ecc_mode"] != "enabled":
             off = {"kind": "not_supported", "detail": "ECC mode is disabled"}
             why = gpu["unavailable"].get("ecc_mode", off)
@@ -267,41 +323,73 @@ class _GpuReader:
         for counter, counter_type in _COUNTERS.items():
             counts: dict[str, Any] = {}
             for error, error_type in _ERROR_TYPES.items():
-                self.read(counts, error, "nvmlDeviceGetTotalEccErrors", error_type, counter_type,
-                          extra=(error, counter))
+                self.read(
+                    counts,
+                    error,
+                    "nvmlDeviceGetTotalEccErrors",
+                    error_type,
+                    counter_type,
+                    extra=(error, counter),
+                )
             for location, location_type in _LOCATIONS.items():
                 for error, error_type in _ERROR_TYPES.items():
-                    self.read(counts, f"{location}_{error}", "nvmlDeviceGetMemoryErrorCounter",
-                              error_type, counter_type, location_type,
-                              extra=(error, counter, location.upper()))
+                    self.read(
+                        counts,
+                        f"{location}_{error}",
+                        "nvmlDeviceGetMemoryErrorCounter",
+                        error_type,
+                        counter_type,
+                        location_type,
+                        extra=(error, counter, location.upper()),
+                    )
             _attach(ecc, counter, counts)
         _attach(gpu, "ecc", ecc)
 
     def _memory_health(self) -> None:
         pages: dict[str, Any] = {}
         for key, cause in _RETIREMENT_CAUSES.items():
-            self.read(pages, key, "nvmlDeviceGetRetiredPages", cause, extra=(f"cause={cause}",),
-                      convert=len)
+            self.read(
+                pages,
+                key,
+                "nvmlDeviceGetRetiredPages",
+                cause,
+                extra=(f"cause={cause}",),
+                convert=len,
+            )
         self.read(pages, "pending", "nvmlDeviceGetRetiredPagesPendingStatus", convert=bool)
         _attach(self.gpu, "retired_pages", pages)
-        self.read(self.gpu, "remapped_rows", "nvmlDeviceGetRemappedRows",
-                  convert=lambda rows: {"correctable": rows[0], "uncorrectable": rows[1],
-                                        "pending": bool(rows[2]), "failure": bool(rows[3])})
+        self.read(
+            self.gpu,
+            "remapped_rows",
+            "nvmlDeviceGetRemappedRows",
+            convert=lambda rows: {
+                "correctable": rows[0],
+                "uncorrectable": rows[1],
+                "pending": bool(rows[2]),
+                "failure": bool(rows[3]),
+            },
+        )
 
     def _clocks_and_power(self) -> None:
         gpu = self.gpu
-        self.read(gpu, "clock_event_reasons", "nvmlDeviceGetCurrentClocksEventReasons",
-                  convert=_clock_reasons)
+        self.read(
+            gpu,
+            "clock_event_reasons",
+            "nvmlDeviceGetCurrentClocksEventReasons",
+            convert=_clock_reasons,
+        )
         self.read(gpu, "power_draw_w", "nvmlDeviceGetPowerUsage", convert=_watts)
         self.read(gpu, "power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", convert=_watts)
 
     def _pcie(self) -> None:
         pcie: dict[str, Any] = {}
-        for key, name in (("gen_current", "nvmlDeviceGetCurrPcieLinkGeneration"),
-                          ("gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
-                          ("width_current", "nvmlDeviceGetCurrPcieLinkWidth"),
-                          ("width_max", "nvmlDeviceGetMaxPcieLinkWidth"),
-                          ("replay_count", "nvmlDeviceGetPcieReplayCounter")):
+        for key, name in (
+            ("gen_current", "nvmlDeviceGetCurrPcieLinkGeneration"),
+            ("gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
+            ("width_current", "nvmlDeviceGetCurrPcieLinkWidth"),
+            ("width_max", "nvmlDeviceGetMaxPcieLinkWidth"),
+            ("replay_count", "nvmlDeviceGetPcieReplayCounter"),
+        ):
             self.read(pcie, key, name)
         _attach(self.gpu, "pcie", pcie)
 
@@ -340,22 +428,38 @@ class _GpuReader:
         if value.nvmlReturn == NVML_SUCCESS and member:
             self.gpu["recovery_action"] = int(getattr(value.value, member))
         elif value.nvmlReturn == NVML_ERROR_NOT_SUPPORTED:
-            self.s.note(self.gpu, "recovery_action", _Unavailable(
-                "not_supported", label, "Not Supported (drivers before r570 lack it)"))
+            self.s.note(
+                self.gpu,
+                "recovery_action",
+                _Unavailable("not_supported", label, "Not Supported (drivers before r570 lack it)"),
+            )
         else:
             error = type(self.s.nv.NVMLError(value.nvmlReturn)).__name__
-            self.s.note(self.gpu, "recovery_action", _Unavailable(
-                "error", label, f"nvmlReturn={value.nvmlReturn} ({error}), "
-                f"valueType={value.valueType}", value.nvmlReturn))
+            self.s.note(
+                self.gpu,
+                "recovery_action",
+                _Unavailable(
+                    "error",
+                    label,
+                    f"nvmlReturn={value.nvmlReturn} ({error}), valueType={value.valueType}",
+                    value.nvmlReturn,
+                ),
+            )
 
 
 def _driver(session: _Session) -> dict:
-    driver: dict[str, Any] = {"loaded": True, "version": None, "cuda_driver_version": None,
-                              "nvml_version": None, "unavailable": {}}
-    for key, name, convert in (("version", "nvmlSystemGetDriverVersion", _text),
-                               ("cuda_driver_version", "nvmlSystemGetCudaDriverVersion",
-                                _cuda_version),
-                               ("nvml_version", "nvmlSystemGetNVMLVersion", _text)):
+    driver: dict[str, Any] = {
+        "loaded": True,
+        "version": None,
+        "cuda_driver_version": None,
+        "nvml_version": None,
+        "unavailable": {},
+    }
+    for key, name, convert in (
+        ("version", "nvmlSystemGetDriverVersion", _text),
+        ("cuda_driver_version", "nvmlSystemGetCudaDriverVersion", _cuda_version),
+        ("nvml_version", "nvmlSystemGetNVMLVersion", _text),
+    ):
         session.read(driver, key, name, name, convert=convert)
     return driver
 
@@ -369,8 +473,9 @@ def collect(call_timeout_s: float, errors: list[dict]) -> dict | None:
     try:
         import pynvml
     except Exception as exc:  # not installed, or broken: either way use nvidia-smi
-        errors.append({"probe": "nvml", "call": "import pynvml",
-                       "error": f"{type(exc).__name__}: {exc}"})
+        errors.append(
+            {"probe": "nvml", "call": "import pynvml", "error": f"{type(exc).__name__}: {exc}"}
+        )
         return None
     worker = _Worker(call_timeout_s)
     session = _Session(pynvml, worker, errors)
@@ -386,8 +491,11 @@ def collect(call_timeout_s: float, errors: list[dict]) -> dict | None:
     except _Unavailable as why:  # without the GPU count NVML is of no use; nvidia-smi may do
         errors.append({"probe": "nvml", "call": why.call, "error": why.error})
     else:
-        facts = {"driver": _driver(session), "gpu_count": count,
-                 "gpus": [_GpuReader(session, index).collect() for index in range(count)]}
+        facts = {
+            "driver": _driver(session),
+            "gpu_count": count,
+            "gpus": [_GpuReader(session, index).collect() for index in range(count)],
+        }
     try:
         session.call("nvmlShutdown", "nvmlShutdown")
     except _Unavailable as why:
