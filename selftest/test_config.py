@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gpuhealth.config import (
@@ -58,7 +60,7 @@ def test_inherited_and_overridden_values():
     assert h200["nvlink_links_expected"] == 18 and h200["gpu_count"] == 8
     assert h200["temp_fail_c"] == PROFILES.get("default")["temp_fail_c"]
     expect = expectations_from_vars(
-        "n1", {"gpu_profile": "h100-sxm", "gpu_thresholds": {"temp_fail_c": 80}}, PROFILES
+        "n1", {"gpu_profile": "h100-sxm", "temp_fail_c": 80, "ansible_host": "10.0.0.1"}, PROFILES
     )
     limits = resolve_limits(expect, PROFILES, "NVIDIA L4")
     assert limits.name == "h100-sxm" and limits["temp_fail_c"] == 80
@@ -80,15 +82,14 @@ def test_inventory_gpu_count_overrides_the_profile():
         ({"gpu_profile": "h100"}, "inventory host n3: gpu_profile: unknown profile 'h100'"),
         ({"gpu_count": "eight"}, "inventory host n3: gpu_count must be a whole number"),
         ({"gpu_count": -1}, "gpu_count must be a whole number >= 0"),
-        ({"gpu_thresholds": {"max_temp": 80}}, "unknown key 'max_temp'"),
-        ({"gpu_thresholds": {"temp_fail_c": "hot"}}, "key 'temp_fail_c' must be int or float"),
-        ({"gpu_thresholds": [1]}, "gpu_thresholds must be a mapping"),
-        ({"gpu_thresholds": {"match": ["x"]}}, "'match' cannot be overridden"),
+        ({"temp_fail_cc": 80}, "unknown var 'temp_fail_cc' (did you mean 'temp_fail_c'?)"),
+        ({"temp_fail_c": "hot"}, "key 'temp_fail_c' must be int or float"),
+        ({"require_ecc": "yes"}, "key 'require_ecc' must be bool"),
         ({"nvidia_driver_branch": "latest"}, "nvidia_driver_branch must look like '570'"),
     ],
 )
 def test_bad_inventory_vars_name_host_and_key(host_vars, message):
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         expectations_from_vars("n3", host_vars, PROFILES)
 
 

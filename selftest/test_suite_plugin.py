@@ -166,8 +166,8 @@ def test_allure_results_carry_host_gpu_and_check_labels(tmp_path):
             "inventory host n1: gpu_profile: unknown profile 'h100'",
         ),
         (
-            "all:\n  hosts:\n    n1:\n      gpu_thresholds: {temp_max: 3}\n",
-            "unknown key 'temp_max'",
+            "all:\n  hosts:\n    n1:\n      temp_warn: 70\n",
+            "unknown var 'temp_warn' (did you mean 'temp_warn_c'?)",
         ),
         ("all:\n  hosts:\n    n1:\n      gpu_count: many\n", "gpu_count must be a whole number"),
     ],

@@ -18,7 +18,7 @@ import yaml
 from gpuhealth import checks
 from gpuhealth import report as reporting
 from gpuhealth.config import ConfigError, Expectations, ProfileSet, resolve_limits
-from gpuhealth.evidence import EvidenceError, facts_from_file
+from gpuhealth.evidence import EvidenceError, facts_from_files
 
 
 def _gpu_slots(view: checks.NodeView) -> int:
@@ -58,25 +58,24 @@ def _triage(args: argparse.Namespace) -> int:
     book = reporting.VerdictBook()
     all_findings: list[reporting.Finding] = []
     headers = []
-    for path in args.files:
+    groups = [(args.node, args.files)] if args.node else [(p.stem, [p]) for p in args.files]
+    for host, paths in groups:
         try:
-            kind, facts = facts_from_file(path)
+            kinds, facts = facts_from_files(paths, host)
         except EvidenceError as exc:
             print(f"gpuhealth triage: {exc}", file=sys.stderr)
             return 2
         expect = Expectations(args.profile, args.expected_gpus, {})
-        first = next((g.get("name") for g in facts["gpus"] if g.get("name")), None)
+        first = next((g.get("name") for g in facts["gpus"] or [] if g.get("name")), None)
         limits = resolve_limits(expect, profiles, first)
-        view = checks.NodeView(path.stem, facts, limits)
+        view = checks.NodeView(host, facts, limits)
         findings = triage_findings(view)
         for finding in findings:
             book.add(finding)
         all_findings.extend(findings)
         driver = (facts.get("driver") or {}).get("version") or "unknown"
-        headers.append(
-            f"{path}: {kind.name}, driver {driver}, {len(facts['gpus'])} GPU record(s), "
-            f"profile {limits.name}"
-        )
+        read = ", ".join(f"{p} ({k.name})" for p, k in zip(paths, kinds, strict=True))
+        headers.append(f"{host}: {read}; driver {driver}, profile {limits.name}")
         for error in facts.get("errors") or []:
             headers.append(f"  note: {error.get('error')}")
     verdict = reporting.overall(book.finish())
@@ -143,6 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     triage = sub.add_parser("triage", help="judge saved evidence (nvidia-smi -q / -q -x output)")
     triage.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    triage.add_argument(
+        "--node",
+        metavar="NAME",
+        help="all FILEs come from this one node (default: a node per file)",
+    )
     triage.add_argument("--profile", help="profile to judge by (default: matched by GPU name)")
     triage.add_argument("--profile-dir", type=Path, help="extra profiles (*.yml)")
     triage.add_argument("--expected-gpus", type=int, help="GPUs the node should have")

@@ -51,7 +51,7 @@ PROFILE_KEYS: dict[str, tuple[tuple[type, ...], bool, str]] = {
     "max_idle_memory_used_mib": (_NUM, False, "GPU memory in use tolerated on an idle node"),
 }
 
-# Keys an inventory may not override through gpu_thresholds (they describe the profile itself).
+# Keys that describe a profile itself; inventory vars cannot override them.
 _PROFILE_ONLY = {"description", "extends", "match"}
 
 
@@ -177,8 +177,10 @@ def expectations_from_vars(
 ) -> Expectations:
     """Read and validate the gpuhealth inventory vars of one host.
 
-    `nvidia_driver_branch` is shared with the nvidia_driver role, so the branch a role installs
-    is the branch the driver gate expects.
+    `gpu_profile` names the profile; every profile key set as an inventory var (group_vars,
+    host_vars) overrides it, so expected state (`gpu_count`, `fabric`, `storage_paths`) and
+    thresholds live in one vocabulary. `nvidia_driver_branch` is shared with the nvidia_driver
+    role, so the branch a role installs is the branch the driver gate expects.
     """
     where = f"inventory host {host}"
     profile_name = host_vars.get("gpu_profile")
@@ -195,23 +197,25 @@ def expectations_from_vars(
     ):
         raise ConfigError(f"{where}: gpu_count must be a whole number >= 0, got {gpu_count!r}")
     overrides: dict[str, Any] = {}
-    thresholds = host_vars.get("gpu_thresholds") or {}
-    if not isinstance(thresholds, dict):
-        raise ConfigError(f"{where}: gpu_thresholds must be a mapping, got {thresholds!r}")
-    for key, value in thresholds.items():
-        if key in _PROFILE_ONLY:
-            raise ConfigError(f"{where}: gpu_thresholds: {key!r} cannot be overridden")
-        _check_key(f"{where}: gpu_thresholds", str(key), value)
-        overrides[str(key)] = value
+    for key, value in host_vars.items():
+        if key in PROFILE_KEYS and key not in _PROFILE_ONLY and key != "gpu_count":
+            _check_key(where, key, value)
+            overrides[key] = value
+        elif key not in PROFILE_KEYS:
+            _reject_near_miss(where, str(key))
     branch = host_vars.get("nvidia_driver_branch")
     if branch is not None:
         if not re.fullmatch(r"\d+(\.\d+)*", str(branch)):
             raise ConfigError(f"{where}: nvidia_driver_branch must look like '570', got {branch!r}")
         overrides.setdefault("min_driver_version", str(branch))
-    if "expect_idle" in host_vars:
-        _check_key(where, "expect_idle", host_vars["expect_idle"])
-        overrides["expect_idle"] = host_vars["expect_idle"]
     return Expectations(profile_name, gpu_count, overrides)
+
+
+def _reject_near_miss(where: str, key: str) -> None:
+    """An inventory var one typo away from a profile key would silently do nothing: refuse it."""
+    hint = difflib.get_close_matches(key, PROFILE_KEYS, n=1, cutoff=0.88)
+    if hint:
+        raise ConfigError(f"{where}: unknown var {key!r} (did you mean {hint[0]!r}?)")
 
 
 def resolve_limits(

@@ -24,12 +24,16 @@ class EvidenceError(ValueError):
 
 @dataclass(frozen=True)
 class Kind:
-    """One kind of evidence: how to recognise it and how to read it into facts."""
+    """One kind of evidence: how to recognise it and how to read it into facts sections.
+
+    Text kinds get the file's text; directory kinds (a copied /sys tree) get the path.
+    `parse` returns top-level sections of a facts document (plus optional `errors`).
+    """
 
     name: str
-    source: str
-    detect: Callable[[str], bool]
-    parse: Callable[[str], dict[str, Any]]
+    detect: Callable[[Any], bool]
+    parse: Callable[[Any], dict[str, Any]]
+    directory: bool = False
 
 
 def _looks_like_smi_xml(text: str) -> bool:
@@ -45,40 +49,75 @@ def _parse_smi_xml(text: str) -> dict[str, Any]:
     return nvidia_smi_xml.parse(text, fromstring=defusedxml.ElementTree.fromstring)
 
 
+# Most specific first: the first kind whose `detect` accepts the evidence reads it.
 KINDS: list[Kind] = [
-    Kind("nvidia-smi -q -x", "nvidia-smi-xml-file", _looks_like_smi_xml, _parse_smi_xml),
-    Kind("nvidia-smi -q", "nvidia-smi-text-file", _looks_like_smi_text, nvidia_smi_text.parse),
+    Kind("nvidia-smi -q -x", _looks_like_smi_xml, _parse_smi_xml),
+    Kind("nvidia-smi -q", _looks_like_smi_text, nvidia_smi_text.parse),
 ]
 
 
-def recognise(text: str) -> Kind | None:
-    """The kind of evidence a text is, or None."""
-    return next((kind for kind in KINDS if kind.detect(text)), None)
+def recognise(path: Path, text: str | None) -> Kind | None:
+    """The kind of evidence a file (text) or directory (text None) is, or None."""
+    for kind in KINDS:
+        if kind.directory == (text is None) and kind.detect(path if text is None else text):
+            return kind
+    return None
 
 
-def facts_from_file(path: Path) -> tuple[Kind, dict[str, Any]]:
-    """Read one evidence file into a facts document for the host named after the file."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        raise EvidenceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    kind = recognise(text)
+def _read(path: Path) -> tuple[Kind, dict[str, Any]]:
+    text = None
+    if not path.is_dir():
+        try:
+            text = path.read_text(errors="replace")
+        except OSError as exc:
+            raise EvidenceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    kind = recognise(path, text)
     if kind is None:
         known = ", ".join(k.name for k in KINDS)
         raise EvidenceError(f"{path}: not a kind of evidence gpuhealth reads ({known})")
     try:
-        parsed = kind.parse(text)
+        return kind, kind.parse(path if text is None else text)
     except ParseError as exc:
         raise EvidenceError(f"{path}: {exc}") from exc
+
+
+def facts_from_files(paths: list[Path], host: str) -> tuple[list[Kind], dict[str, Any]]:
+    """One facts document for `host` from evidence files of one node.
+
+    Sections no file provides stay null, so their checks report "not evaluated".
+    """
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "probe_version": PROBE_VERSION,
-        "source": kind.source,
+        "source": "evidence-file",
         "collected_at": None,
         "duration_s": None,
-        "host": {"hostname": path.stem, "kernel": None, "arch": None, "os": None},
-        "errors": parsed.pop("errors", []),
+        "host": {"hostname": host, "kernel": None, "arch": None, "os": None},
+        "errors": [],
+        "evidence": [],
+        "driver": None,
         "pci": {"nvidia_gpus": None},
-        **parsed,
+        "gpu_count": None,
+        "gpus": None,
     }
-    return kind, doc
+    kinds = []
+    provided: dict[str, Path] = {}
+    for path in paths:
+        kind, parts = _read(path)
+        kinds.append(kind)
+        doc["errors"].extend(parts.pop("errors", []))
+        for key, value in parts.items():
+            if key in provided and key != "driver":
+                raise EvidenceError(
+                    f"{path}: {key} data for {host} already came from {provided[key]}"
+                )
+            provided.setdefault(key, path)
+            doc[key] = value
+        doc["evidence"].append({"file": str(path), "kind": kind.name})
+    return kinds, doc
+
+
+def facts_from_file(path: Path) -> tuple[Kind, dict[str, Any]]:
+    """One evidence file as the facts document of a host named after the file."""
+    kinds, doc = facts_from_files([path], path.stem)
+    return kinds[0], doc

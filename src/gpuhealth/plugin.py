@@ -152,9 +152,13 @@ def _facts_for(config: pytest.Config, item: pytest.Item, name: str) -> dict[str,
             if target.facts_file is not None:
                 cache[name] = load_facts(target.facts_file)
             else:
+                expect = resolve_limits(target.expectations, state["profiles"], None)
                 cache[name] = run_probe(
                     target.host,
-                    {"nvml_call_timeout_s": config.option.nvml_call_timeout},
+                    {
+                        "nvml_call_timeout_s": config.option.nvml_call_timeout,
+                        "expect": expect.limits,
+                    },
                     python=target.python,
                     timeout_s=config.option.probe_timeout,
                 )

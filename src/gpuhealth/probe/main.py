@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gpuhealth.parsers import ParseError, nvidia_smi_xml
@@ -20,7 +21,15 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "root": "/",
     "nvml_call_timeout_s": 5.0,
     "nvidia_smi_timeout_s": 60.0,
+    # The host's expected state (profile + inventory), for sub-probes that need to know what
+    # to look at, such as storage paths.
+    "expect": {},
 }
+
+# Sub-probes run after the GPU part, each filling one top-level key of the document:
+# (key, collect(config, errors) -> dict). A sub-probe records its own failures in `errors`;
+# an exception escaping one is recorded here and the next one still runs.
+SUBPROBES: list[tuple[str, Callable[[dict[str, Any], list[dict[str, Any]]], Any]]] = []
 
 
 def _from_nvidia_smi(timeout_s: float, errors: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -82,6 +91,12 @@ def collect(config: dict[str, Any] | None = None) -> dict[str, Any]:
                 }
             },
         }
+    for key, subprobe in SUBPROBES:
+        try:
+            doc[key] = subprobe(cfg, errors)
+        except Exception as exc:  # a bug in one sub-probe must not cost the others
+            errors.append({"probe": key, "error": f"{type(exc).__name__}: {exc}"})
+            doc[key] = None
     doc["duration_s"] = round(time.monotonic() - started, 3)
     return doc
 

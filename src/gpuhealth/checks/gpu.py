@@ -1,184 +1,18 @@
-"""The health checks as pure functions over a facts document and resolved limits.
-
-The pytest suite (tests/) and `gpuhealth triage` both call `evaluate`, so a live run, a run on
-saved facts and a triage of a saved log judge a node by exactly the same rules.
-"""
+"""GPU checks: driver gate, GPU count and uniformity, and the per-GPU health of each GPU."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from gpuhealth.config import Profile
+from gpuhealth.checks import FAIL, PASS, SKIP, WARN, NodeView, Result, StopCheck, check, need
 from gpuhealth.probe.schema import recovery_action_name
-
-PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
-
-
-@dataclass(frozen=True)
-class Result:
-    """One check's verdict on one node or GPU; `message` says measured vs expected."""
-
-    status: str
-    message: str
-    action: str | None = None
-
-
-@dataclass(frozen=True)
-class NodeView:
-    """Everything a check may look at for one host."""
-
-    host: str
-    facts: dict[str, Any]
-    limits: Profile
-
-    @property
-    def expected_gpus(self) -> int | None:
-        return self.limits["gpu_count"]
-
-    def gpu(self, index: int) -> dict[str, Any] | None:
-        for gpu in self.facts.get("gpus") or []:
-            if gpu.get("index") == index:
-                return gpu
-        return None
-
-    @property
-    def from_evidence(self) -> bool:
-        """Built from a saved log: what it lacks was not captured, not found missing."""
-        return str(self.facts.get("source", "")).endswith("-file")
-
-    @property
-    def no_nvidia(self) -> bool:
-        """Nothing NVIDIA here at all: no driver, no GPU on the PCI bus."""
-        driver = self.facts.get("driver") or {}
-        pci = (self.facts.get("pci") or {}).get("nvidia_gpus")
-        return not driver.get("loaded") and not self.facts.get("gpus") and not pci
-
-
-class _Stop(Exception):
-    def __init__(self, result: Result) -> None:
-        super().__init__(result.message)
-        self.result = result
-
-
-@dataclass(frozen=True)
-class Check:
-    """A registered check: `fn` returns a Result or raises _Stop through `need`."""
-
-    name: str
-    scope: str
-    family: str
-    severity: str
-    summary: str
-    fn: Callable[..., Result]
-
-
-REGISTRY: dict[str, Check] = {}
-
-
-def check(name: str, scope: str, family: str, severity: str = "critical") -> Callable:
-    """Register a check function under a stable name used by tests, reports and triage."""
-
-    def wrap(fn: Callable[..., Result]) -> Callable[..., Result]:
-        summary = (fn.__doc__ or name).strip().splitlines()[0]
-        REGISTRY[name] = Check(name, scope, family, severity, summary, fn)
-        return fn
-
-    return wrap
-
-
-def need(record: dict[str, Any], key: str, what: str, required: bool = False) -> Any:
-    """record[key], or stop the check with the right verdict for why it is missing.
-
-    Unsupported data skips unless the profile requires it; data the source failed to give fails
-    (it is never a silent pass); data a saved log does not contain is "not evaluated".
-    """
-    value = record.get(key)
-    if value is not None:
-        return value
-    why = (record.get("unavailable") or {}).get(key) or {"kind": "error", "detail": "no value"}
-    kind, detail = why.get("kind"), why.get("detail", "")
-    if kind == "absent":
-        raise _Stop(Result(SKIP, f"not evaluated: the evidence holds no {what} ({detail})"))
-    if kind == "not_supported" and not required:
-        raise _Stop(Result(SKIP, f"{what} not supported here ({detail})"))
-    if kind == "not_supported":
-        raise _Stop(Result(FAIL, f"{what} not supported ({detail}), but the profile requires it"))
-    raise _Stop(
-        Result(
-            FAIL,
-            f"could not read {what}: {detail}",
-            "re-run; if it persists, check the driver (nvidia-smi, dmesg) and reboot the node",
-        )
-    )
-
-
-def _gpu_label(host: str, index: int, gpu: dict[str, Any] | None) -> str:
-    if not gpu:
-        return f"{host} gpu{index}"
-    ids = [gpu.get("uuid") or "uuid unknown"]
-    if gpu.get("serial"):
-        ids.append(f"serial {gpu['serial']}")
-    if gpu.get("pci_bus_id"):
-        ids.append(f"bus {gpu['pci_bus_id']}")
-    return f"{host} gpu{index} ({', '.join(ids)})"
-
-
-def _missing_gpu(node: NodeView, index: int) -> Result:
-    found = len(node.facts.get("gpus") or [])
-    expected = node.expected_gpus
-    if node.no_nvidia and not expected:
-        return Result(SKIP, f"no NVIDIA GPU/driver on {node.host}")
-    reported = node.facts.get("gpu_count")
-    if node.from_evidence and reported is not None and index < reported:
-        return Result(SKIP, f"not evaluated: the evidence has no record of GPU {index}")
-    if expected is None:
-        return Result(
-            SKIP,
-            f"GPU index {index} not present on {node.host} (found {found}; set gpu_count in "
-            "the inventory or --expected-gpus to assert a count)",
-        )
-    return Result(
-        FAIL,
-        f"expected {expected} GPUs, found {found}: GPU index {index} missing on {node.host}",
-        "check `nvidia-smi -L`, `lspci -d 10de:` and dmesg for Xid 79 (fallen off the bus); "
-        "reseat the GPU or RMA it",
-    )
-
-
-def evaluate(name: str, node: NodeView, index: int | None = None) -> Result:
-    """Run one registered check on a node (or one GPU of it) and format its message."""
-    chk = REGISTRY[name]
-    if chk.scope == "gpu":
-        assert index is not None
-        gpu = node.gpu(index)
-        if gpu is None:
-            result = _missing_gpu(node, index)
-            label = _gpu_label(node.host, index, None)
-        else:
-            label = _gpu_label(node.host, index, gpu)
-            try:
-                result = chk.fn(node, gpu)
-            except _Stop as stop:
-                result = stop.result
-    else:
-        label = node.host
-        try:
-            result = chk.fn(node)
-        except _Stop as stop:
-            result = stop.result
-    message = f"{label}: {result.message}"
-    if result.action and result.status in (FAIL, WARN):
-        message += f". Action: {result.action}"
-    return Result(result.status, message, result.action)
 
 
 def _need_driver(node: NodeView) -> dict[str, Any]:
     if node.no_nvidia and not node.expected_gpus:
-        raise _Stop(Result(SKIP, f"no NVIDIA GPU/driver on {node.host}"))
+        raise StopCheck(Result(SKIP, f"no NVIDIA GPU/driver on {node.host}"))
     return node.facts.get("driver") or {}
 
 
@@ -539,8 +373,3 @@ def idle_processes(node: NodeView, gpu: dict[str, Any]) -> Result:
             FAIL, f"{used} MiB GPU memory in use on an idle GPU (tolerance {tolerance} MiB)", kill
         )
     return Result(PASS, f"idle: no compute process, {used} MiB in use")
-
-
-def names(scope: str) -> list[str]:
-    """Registered check names of a scope, in registration order."""
-    return [c.name for c in REGISTRY.values() if c.scope == scope]
