@@ -224,3 +224,21 @@ def test_one_probe_per_host_with_xdist(tmp_path):
 )
 def test_xdist_scope_is_the_host(nodeid, host):
     assert host_of(nodeid) == host
+
+
+def test_unreachable_host_is_unreachable_and_the_rest_goes_on(tmp_path):
+    run = run_suite(
+        tmp_path / "r",
+        "--hosts",
+        "local://,ssh://127.0.0.1:1",
+        "--ssh-extra-args=-o BatchMode=yes -o ConnectTimeout=5",
+    )
+    assert run.rc == 1
+    nodes = run.verdicts["nodes"]
+    assert nodes["127.0.0.1"]["verdict"] == "UNREACHABLE"
+    assert "ssh failed" in nodes["127.0.0.1"]["reasons"][0]
+    assert "Connection refused" in nodes["127.0.0.1"]["reasons"][0]
+    assert nodes[socket.gethostname()]["verdict"] == "PASS"
+    outcomes = run.outcomes()
+    assert outcomes["test_driver_version[127.0.0.1]"] == "error"
+    assert list(run.verdicts["nodes"])[0] == "127.0.0.1"  # worst first

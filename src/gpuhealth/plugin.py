@@ -69,6 +69,8 @@ def _build_targets(config: pytest.Config, profiles: ProfileSet) -> list[Target]:
         "connection": opt.connection,
         "ssh_config": opt.ssh_config,
         "ssh_identity_file": opt.ssh_identity_file,
+        # testinfra's own plugin drops --ssh-extra-args; pass it on.
+        "ssh_extra_args": opt.ssh_extra_args,
         "sudo": opt.sudo,
         "sudo_user": opt.sudo_user,
         "ansible_inventory": opt.ansible_inventory,
@@ -176,7 +178,10 @@ def _facts_for(config: pytest.Config, item: pytest.Item, name: str) -> dict[str,
         item.user_properties.append(
             ("gpuhealth.unreachable" if unreachable else "gpuhealth.error", str(facts))
         )
-        raise facts
+        # A fresh, short exception per test: the probe's traceback helps nobody 100 times over.
+        if isinstance(facts, ProbeError):
+            raise ProbeError(str(facts), facts.unreachable) from None
+        raise FactsFileError(str(facts)) from None
     return facts
 
 
