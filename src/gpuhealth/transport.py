@@ -7,17 +7,17 @@ the node, so nothing is installed or written there.
 
 from __future__ import annotations
 
+import ast
 import base64
+import importlib.util
 import json
 import shlex
 import threading
 import zlib
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from gpuhealth.probe.schema import SCHEMA_VERSION
-
-SHIPPED_PACKAGES = ("gpuhealth", "gpuhealth.probe", "gpuhealth.parsers")
 
 _BOOTSTRAP = """\
 import base64, importlib.abc, importlib.util, json, os, sys, zlib
@@ -46,21 +46,54 @@ class ProbeError(RuntimeError):
         self.unreachable = unreachable
 
 
-def _module_sources() -> dict[str, str]:
+def _source(name: str) -> tuple[str, bool] | None:
+    """(source, is_package) of a gpuhealth module, or None if there is no such module."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except ModuleNotFoundError:  # `from module import name` of a non-module name
+        return None
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return None
+    return Path(spec.origin).read_text(), spec.submodule_search_locations is not None
+
+
+def _module_sources() -> tuple[dict[str, str], list[str]]:
+    """The modules the probe imports, found by following its imports from probe.main.
+
+    Only what the probe needs travels: the command line is limited (128 KiB for one argument
+    on Linux), and controller-side code has no business on the node.
+    """
     sources: dict[str, str] = {}
-    for package in SHIPPED_PACKAGES:
-        folder = resources.files(package)
-        for entry in folder.iterdir():
-            if entry.name.endswith(".py") and entry.name != "__main__.py":
-                stem = entry.name[:-3]
-                name = package if stem == "__init__" else f"{package}.{stem}"
-                sources[name] = entry.read_text()
-    return sources
+    packages: list[str] = []
+    todo = ["gpuhealth.probe.main"]
+    while todo:
+        name = todo.pop()
+        if name in sources:
+            continue
+        found = _source(name)
+        if found is None:
+            continue
+        text, is_package = found
+        sources[name] = text
+        if is_package:
+            packages.append(name)
+        parent = name.rpartition(".")[0]
+        if parent:
+            todo.append(parent)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                if node.module.split(".")[0] == "gpuhealth":
+                    todo.append(node.module)
+                    todo.extend(f"{node.module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.Import):
+                todo.extend(a.name for a in node.names if a.name.split(".")[0] == "gpuhealth")
+    return sources, sorted(packages)
 
 
 def probe_command(config: dict[str, Any], python: str = "python3", timeout_s: float = 120) -> str:
     """The shell command that runs the probe on a node, bounded by `timeout` there too."""
-    payload = {"modules": _module_sources(), "packages": list(SHIPPED_PACKAGES), "config": config}
+    modules, packages = _module_sources()
+    payload = {"modules": modules, "packages": packages, "config": config}
     blob = base64.b64encode(zlib.compress(json.dumps(payload).encode(), 9)).decode()
     return (
         f"timeout -k 5 {int(timeout_s)} {shlex.quote(python)} -c {shlex.quote(_BOOTSTRAP)} {blob}"
