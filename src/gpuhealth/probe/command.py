@@ -8,6 +8,9 @@ import signal
 import subprocess
 from dataclasses import dataclass
 
+# How long to wait for a killed command's pipes to close before giving up on them.
+KILL_GRACE_S = 2.0
+
 
 @dataclass
 class CommandResult:
@@ -41,7 +44,16 @@ def run(argv: list[str], timeout_s: float) -> CommandResult:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        out, err = proc.communicate()
+        try:
+            out, err = proc.communicate(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired as exc:
+            # Killed, yet the pipes stay open: a process in another session inherited them, or
+            # the command sleeps uninterruptibly in the kernel (a dead NFS server) where SIGKILL
+            # waits. Stop listening and leave it to be reaped later; never wait for it.
+            out, err = exc.output or b"", exc.stderr or b""
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
         return CommandResult(
             None,
             out.decode(errors="replace"),
