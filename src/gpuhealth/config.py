@@ -49,6 +49,57 @@ PROFILE_KEYS: dict[str, tuple[tuple[type, ...], bool, str]] = {
     "nvlink_links_expected": (_INT, True, "NVLink links that must be up (0: none)"),
     "expect_idle": ((bool,), False, "the node must run no compute processes"),
     "max_idle_memory_used_mib": (_NUM, False, "GPU memory in use tolerated on an idle node"),
+    # fabric family (checks/fabric.py): EFA on AWS, InfiniBand elsewhere. Counts are integers.
+    "fabric": ((str,), False, "the node's RDMA fabric: none, efa or infiniband"),
+    "efa_devices_expected": (_INT, True, "EFA devices (efa driver, fi_info RDM domains)"),
+    "fi_info_timeout_s": (_NUM, False, "how long the probe waits for fi_info"),
+    "ib_ports_expected": (_INT, True, "InfiniBand ports (Ethernet and bonds not counted)"),
+    "ib_devices": ((list,), True, "RDMA devices the IB checks judge (null: all IB ports)"),
+    "ib_min_rate_gbps": (_NUM, True, "lowest IB port rate (null: the fastest port's rate)"),
+    "ib_max_link_downed": (_INT, True, "link_downed count per IB port (null: not judged)"),
+    "ib_max_symbol_error": (_INT, True, "symbol_error count per IB port (null: not judged)"),
+    "ib_max_port_rcv_errors": (_INT, True, "port_rcv_errors count per IB port"),
+    "ib_max_local_link_integrity_errors": (_INT, True, "local_link_integrity_errors per port"),
+    "ib_max_excessive_buffer_overrun_errors": (_INT, True, "excessive_buffer_overrun per port"),
+    # system family (checks/system.py): NUMA layout, host resources, memlock, modules, services.
+    # Sizes in _gb are GiB (2^30 bytes), as `df -h` and `free -g` print them.
+    "numa_nodes_expected": (_INT, True, "NUMA nodes the kernel shows (null: not asserted)"),
+    "gpus_even_over_numa_nodes": ((bool,), False, "GPUs split evenly over NUMA nodes with CPUs"),
+    "min_cpus": (_INT, True, "online logical CPUs the node must have"),
+    "min_memory_gb": (_NUM, True, "MemTotal the node must have"),
+    "min_memory_available_pct": (_NUM, True, "MemAvailable as a share of MemTotal"),
+    "min_root_free_gb": (_NUM, True, "free space on / (for non-root users, like df Avail)"),
+    "scratch_paths": ((list,), True, "local scratch directories whose free space is checked"),
+    "min_scratch_free_gb": (_NUM, True, "free space each scratch path must have"),
+    "min_memlock_kb": (_INT, True, "memlock limit floor (null: unlimited for efa/infiniband)"),
+    "require_nvidia_peermem": ((bool,), True, "null: when fabric is infiniband or efa"),
+    "requires_fabric_manager": ((bool,), False, "NVSwitch baseboard: fabric manager must run"),
+    "dcgm_installed": ((bool,), False, "nvidia-dcgm is installed on the node and must run"),
+    "gpud_installed": ((bool,), False, "gpud is installed on the node and must run"),
+    # storage family (checks/storage.py): paths jobs read/write, network mounts, Lustre health.
+    # Sizes in _gb are GiB (2^30 bytes), as `df -h` prints them.
+    "storage_paths": ((list,), True, "absolute paths, or {path, writable, min_free_gb} maps"),
+    "storage_timeout_s": (_NUM, False, "per-path and per-mount timeout of the storage probe"),
+    "storage_mount_types": ((list,), True, "fstype globs checked besides lustre, nfs, nfs4"),
+    "storage_min_free_gb": (_NUM, True, "free space every storage path must have"),
+    # kernel family (checks/kernel.py, checks/memory.py): XIDs, SXIDs, fabric manager log;
+    # GPU memory reclaim (reuses max_idle_memory_used_mib as the threshold).
+    "xid_window_h": (_NUM, False, "hours of kernel log the XID checks judge (0: since boot)"),
+    "reclaim_wait_s": (_NUM, False, "how long the probe waits for GPU memory to be freed"),
+    "reclaim_poll_s": (_NUM, False, "how often it polls GPU memory while waiting"),
+    # active families (checks/nccl.py, checks/dcgm.py, checks/gpud.py; gpuhealth/active/):
+    # load tests at --level standard|full, GPUd from the probe. Bandwidths in GB/s (busbw).
+    "nccl_tests_dir": ((str,), False, "directory of the nccl-tests binaries (all_reduce_perf)"),
+    "nccl_sizes": ((str,), False, "nccl-tests size arguments, e.g. '-b 8 -e 16G -f 2'"),
+    "nccl_reference_size_bytes": (_INT, False, "busbw is judged at message sizes >= this"),
+    "nccl_allreduce_min_busbw_gbps": (_NUM, True, "single-node all_reduce busbw (NVLink)"),
+    "nccl_internode_min_busbw_gbps": (_NUM, True, "multi-node all_reduce busbw (the network)"),
+    "nccl_timeout_s": (_NUM, False, "each nccl-tests launch is killed after this"),
+    "nccl_launcher": ((str,), False, "multi-node launcher: mpirun (or its path) or srun"),
+    "nccl_launcher_args": ((str,), False, "extra launcher options (-x VAR, --mca, --mpi=pmix)"),
+    "dcgm_diag_level": (_INT, True, "dcgmi diag -r level (null: 2 at standard, 3 at full)"),
+    "dcgm_diag_timeout_s": (_NUM, True, "dcgmi diag timeout (null: by level, 120 s to 6 h)"),
+    "gpud_address": ((str,), False, "GPUd API on the node: host:port (https) or http://..."),
 }
 
 # Keys that describe a profile itself; inventory vars cannot override them.
@@ -83,12 +134,50 @@ def _check_key(where: str, key: str, value: Any) -> None:
     if not isinstance(value, types):
         names = " or ".join(t.__name__ for t in types)
         raise ConfigError(f"{where}: key {key!r} must be {names}, got {value!r}")
+    if key == "fabric" and value not in ("none", "efa", "infiniband"):
+        raise ConfigError(f"{where}: key 'fabric' must be none, efa or infiniband, got {value!r}")
     if key == "match":
         for pattern in value:
             try:
                 re.compile(str(pattern))
             except re.error as exc:
                 raise ConfigError(f"{where}: key 'match': bad pattern {pattern!r}: {exc}") from exc
+    if key.startswith("storage_"):
+        _check_storage(where, key, value)
+
+
+def _check_storage(where: str, key: str, value: Any) -> None:
+    """Storage keys beyond their type: absolute paths, known entry keys, positive numbers."""
+    if key == "storage_timeout_s" and value <= 0:
+        raise ConfigError(f"{where}: key {key!r} must be > 0, got {value!r}")
+    if key == "storage_min_free_gb" and value < 0:
+        raise ConfigError(f"{where}: key {key!r} must be >= 0, got {value!r}")
+    if key == "storage_mount_types":
+        for i, item in enumerate(value):
+            if not isinstance(item, str) or not item:
+                raise ConfigError(f"{where}: {key}[{i}]: {item!r} is not a filesystem type")
+    if key != "storage_paths":
+        return
+    for i, item in enumerate(value):
+        entry = item if isinstance(item, dict) else {"path": item}
+        path = entry.get("path")
+        unknown = sorted(set(entry) - {"path", "writable", "min_free_gb"})
+        free = entry.get("min_free_gb")
+        if unknown:
+            problem = f"unknown key {unknown[0]!r} (known: path, writable, min_free_gb)"
+        elif not isinstance(path, str):
+            problem = f"{item!r} is neither a path nor a mapping with a 'path'"
+        elif not path.startswith("/"):
+            problem = f"{path!r} is not an absolute path"
+        elif not isinstance(entry.get("writable", False), bool):
+            problem = f"writable must be true or false, got {entry['writable']!r}"
+        elif free is not None and (
+            isinstance(free, bool) or not isinstance(free, _NUM) or free < 0
+        ):
+            problem = f"min_free_gb must be a number >= 0, got {free!r}"
+        else:
+            continue
+        raise ConfigError(f"{where}: storage_paths[{i}]: {problem}")
 
 
 class ProfileSet:

@@ -14,7 +14,16 @@ from typing import Any
 
 import defusedxml.ElementTree
 
-from gpuhealth.parsers import ParseError, nvidia_smi_text, nvidia_smi_xml
+from gpuhealth.parsers import (
+    ParseError,
+    dcgm,
+    gpud,
+    kernel_log,
+    nccl_tests,
+    nvidia_smi_text,
+    nvidia_smi_xml,
+)
+from gpuhealth.probe import fabric as fabric_evidence
 from gpuhealth.probe.schema import PROBE_VERSION, SCHEMA_VERSION
 
 
@@ -53,6 +62,28 @@ def _parse_smi_xml(text: str) -> dict[str, Any]:
 KINDS: list[Kind] = [
     Kind("nvidia-smi -q -x", _looks_like_smi_xml, _parse_smi_xml),
     Kind("nvidia-smi -q", _looks_like_smi_text, nvidia_smi_text.parse),
+    Kind("fi_info", fabric_evidence.looks_like_fi_info, fabric_evidence.from_fi_info_text),
+    Kind("dcgmi diag -j", dcgm.looks_like_diag, dcgm.diag_evidence),
+    Kind("dcgmi health -c -j", dcgm.looks_like_health, dcgm.health_evidence),
+    Kind("GPUd /v1/states", gpud.looks_like_states, gpud.states_evidence),
+    Kind("GPUd /v1/events", gpud.looks_like_events, gpud.events_evidence),
+    Kind("nccl-tests output", nccl_tests.looks_like, nccl_tests.evidence),
+    Kind(
+        "/sys/class/infiniband copy",
+        fabric_evidence.looks_like_class_dir,
+        fabric_evidence.from_class_dir,
+        directory=True,
+    ),
+    Kind(
+        "nvidia-fabricmanager log",
+        kernel_log.detect_fabric_manager,
+        kernel_log.fabric_manager_evidence,
+    ),
+    # Kernel logs (dmesg, journalctl -k, /dev/kmsg...) are generic timestamped lines: keep last.
+    *(
+        Kind(name, kernel_log.detector(name), kernel_log.kernel_log_evidence)
+        for name in kernel_log.FORMATS
+    ),
 ]
 
 

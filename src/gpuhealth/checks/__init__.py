@@ -209,6 +209,6 @@ def names(scope: str) -> list[str]:
 
 
 # The families register their checks on import; their order is the report order.
-FAMILIES = ("gpu",)
+FAMILIES = ("gpu", "system", "storage", "fabric", "kernel", "memory", "nccl", "dcgm", "gpud")
 for _family in FAMILIES:
     importlib.import_module(f"gpuhealth.checks.{_family}")

@@ -14,7 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuhealth.parsers import ParseError, nvidia_smi_xml
-from gpuhealth.probe import command, nvml, system
+from gpuhealth.probe import command, fabric, host, kernel_log, nvml, reclaim, storage, system
+from gpuhealth.probe import dcgm as dcgm_probe
+from gpuhealth.probe import gpud as gpud_probe
 from gpuhealth.probe.schema import PROBE_VERSION, SCHEMA_VERSION
 
 DEFAULT_CONFIG: dict[str, Any] = {
@@ -30,6 +32,15 @@ DEFAULT_CONFIG: dict[str, Any] = {
 # (key, collect(config, errors) -> dict). A sub-probe records its own failures in `errors`;
 # an exception escaping one is recorded here and the next one still runs.
 SUBPROBES: list[tuple[str, Callable[[dict[str, Any], list[dict[str, Any]]], Any]]] = []
+SUBPROBES.append(("system", host.collect))
+SUBPROBES.append(("storage", storage.collect))
+SUBPROBES.append(("fabric", fabric.collect))
+SUBPROBES.append(("kernel_log", kernel_log.collect))
+SUBPROBES.append(("fabric_manager", kernel_log.collect_fabric_manager))
+SUBPROBES.append(("memory_reclaim", reclaim.collect))
+SUBPROBES.append(("dcgm_health", dcgm_probe.collect))
+SUBPROBES.append(("gpud", gpud_probe.collect_states))
+SUBPROBES.append(("gpud_events", gpud_probe.collect_events))
 
 
 def _from_nvidia_smi(timeout_s: float, errors: list[dict[str, Any]]) -> dict[str, Any] | None:

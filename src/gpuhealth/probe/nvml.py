@@ -464,12 +464,13 @@ def _driver(session: _Session) -> dict:
     return driver
 
 
-def collect(call_timeout_s: float, errors: list[dict]) -> dict | None:
-    """The driver, gpu_count and gpus parts of the facts document, read over NVML.
+# The GPU records of the last successful collect(), for sub-probes that follow up on what the
+# NVML pass saw (memory reclaim) without a second pass over a clean node.
+last_gpus: list[dict] | None = None
 
-    None (with the reason appended to `errors`) when NVML cannot be used at all, so the caller
-    can fall back to nvidia-smi. Each NVML call may take at most call_timeout_s.
-    """
+
+def open_session(call_timeout_s: float, errors: list[dict]) -> _Session | None:
+    """NVML initialised behind a call worker, or None with the reason appended to `errors`."""
     try:
         import pynvml
     except Exception as exc:  # not installed, or broken: either way use nvidia-smi
@@ -485,6 +486,29 @@ def collect(call_timeout_s: float, errors: list[dict]) -> dict | None:
         errors.append({"probe": "nvml", "call": why.call, "error": why.error})
         worker.close()
         return None
+    return session
+
+
+def close_session(session: _Session) -> None:
+    """nvmlShutdown, then let the worker thread end."""
+    try:
+        session.call("nvmlShutdown", "nvmlShutdown")
+    except _Unavailable as why:
+        session.record(why)
+    session.worker.close()
+
+
+def collect(call_timeout_s: float, errors: list[dict]) -> dict | None:
+    """The driver, gpu_count and gpus parts of the facts document, read over NVML.
+
+    None (with the reason appended to `errors`) when NVML cannot be used at all, so the caller
+    can fall back to nvidia-smi. Each NVML call may take at most call_timeout_s.
+    """
+    global last_gpus
+    last_gpus = None
+    session = open_session(call_timeout_s, errors)
+    if session is None:
+        return None
     facts = None
     try:
         count = session.call("nvmlDeviceGetCount", "nvmlDeviceGetCount")
@@ -496,9 +520,6 @@ def collect(call_timeout_s: float, errors: list[dict]) -> dict | None:
             "gpu_count": count,
             "gpus": [_GpuReader(session, index).collect() for index in range(count)],
         }
-    try:
-        session.call("nvmlShutdown", "nvmlShutdown")
-    except _Unavailable as why:
-        session.record(why)
-    worker.close()
+        last_gpus = facts["gpus"]
+    close_session(session)
     return facts
