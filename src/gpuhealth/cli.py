@@ -17,6 +17,7 @@ import yaml
 
 from gpuhealth import checks
 from gpuhealth import report as reporting
+from gpuhealth.checks import nccl as nccl_checks
 from gpuhealth.config import ConfigError, Expectations, ProfileSet, resolve_limits
 from gpuhealth.evidence import EvidenceError, facts_from_files
 
@@ -65,6 +66,7 @@ def _triage(args: argparse.Namespace) -> int:
         except EvidenceError as exc:
             print(f"gpuhealth triage: {exc}", file=sys.stderr)
             return 2
+        nccl_checks.set_node_count(facts, args.nodes)
         expect = Expectations(args.profile, args.expected_gpus, {})
         first = next((g.get("name") for g in facts["gpus"] or [] if g.get("name")), None)
         limits = resolve_limits(expect, profiles, first)
@@ -150,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     triage.add_argument("--profile", help="profile to judge by (default: matched by GPU name)")
     triage.add_argument("--profile-dir", type=Path, help="extra profiles (*.yml)")
     triage.add_argument("--expected-gpus", type=int, help="GPUs the node should have")
+    triage.add_argument(
+        "--nodes", type=int, help="nodes an nccl-tests log spans when it lists no rank lines"
+    )
     triage.add_argument("--json", action="store_true", help="machine-readable findings")
     triage.add_argument("-v", "--verbose", action="store_true", help="list passed checks too")
     triage.set_defaults(func=_triage)

@@ -19,6 +19,7 @@ import pytest
 
 from gpuhealth import checks
 from gpuhealth import report as reporting
+from gpuhealth.active import LEVELS, level_allows
 from gpuhealth.config import ConfigError, ProfileSet, resolve_limits
 from gpuhealth.targets import FactsFileError, Target, live_targets, load_facts, offline_targets
 from gpuhealth.transport import ProbeError, run_probe
@@ -52,6 +53,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--save-facts", metavar="DIR", help="write each host's facts (default reports/facts)"
+    )
+    group.addoption(
+        "--level",
+        choices=LEVELS,
+        default="quick",
+        help="quick: passive probe only (default); standard: + DCGM diag and single-node NCCL; "
+        "full: + DCGM diag level 3 and multi-node NCCL with bisection",
     )
 
 
@@ -89,6 +97,13 @@ def pytest_configure(config: pytest.Config) -> None:
         targets = _build_targets(config, profiles)
     except ConfigError as exc:
         raise pytest.UsageError(f"gpuhealth: {exc}") from exc
+    for marker in (
+        "level(name): an active check, run only at --level name or above",
+        "nccl: NCCL bandwidth checks (nccl-tests)",
+        "dcgm: DCGM diagnostic and health checks",
+        "gpud: GPUd health checks",
+    ):
+        config.addinivalue_line("markers", marker)
     root = config.rootpath
     config.stash[_KEY] = {
         "targets": {t.name: t for t in targets},
@@ -246,6 +261,15 @@ def _gpuhealth_labels(request: pytest.FixtureRequest) -> None:
     allure.dynamic.parent_suite(name)
 
 
+@pytest.fixture(autouse=True)
+def _gpuhealth_level(request: pytest.FixtureRequest, _gpuhealth_labels: None) -> None:
+    """Skip an active check (marked `level`) below its level, before its host is probed."""
+    marker = request.node.get_closest_marker("level")
+    current = request.config.option.level
+    if marker is not None and not level_allows(current, marker.args[0]):
+        pytest.skip(f"not run at level {current} (use --level {marker.args[0]})")
+
+
 def judge(name: str, subject: Subject) -> None:
     """Run check `name` on a node or GPU and turn its Result into a pytest outcome."""
     view, index = subject.view, subject.index
@@ -287,6 +311,8 @@ class Reporter:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = {k: v for k, v in report.user_properties if k.startswith("gpuhealth.")}
+        if report.when == "call" and "gpuhealth.fleet" in props:
+            self._fleet(json.loads(props["gpuhealth.fleet"]))
         host = props.get("gpuhealth.host")
         if host is None:
             return
@@ -311,6 +337,23 @@ class Reporter:
                     gpu=gpu,
                     message=props.get("gpuhealth.message", ""),
                     action=props.get("gpuhealth.action") or None,
+                )
+            )
+
+    def _fleet(self, findings: list[dict[str, Any]]) -> None:
+        """A test of the whole host set (multi-node NCCL) gives each node its own part."""
+        for entry in findings:
+            if entry["status"] == "NOTE":
+                self.book.note(entry["host"], entry["message"])
+                continue
+            self.book.add(
+                reporting.Finding(
+                    entry["check"],
+                    entry["status"],
+                    entry["host"],
+                    None,
+                    entry["message"],
+                    entry["action"],
                 )
             )
 

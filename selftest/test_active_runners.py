@@ -1,0 +1,438 @@
+"""The active runners end to end: the real launch, timeout and parsing code, with stand-in
+executables (selftest/standins) on PATH that replay real outputs, hang, fail or print garbage.
+
+Single-node runs go through testinfra's local backend (and, in the suite, the fake NVML for
+8 H100s); the multi-node test plays four nodes through a stand-in `ssh` that runs each
+command here, and a stand-in `mpirun`/`srun` whose output depends on which nodes are in the
+set, so bisection has a slow node to find.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testinfra
+
+from gpuhealth import checks
+from gpuhealth.active import bisect, runner
+from gpuhealth.config import Expectations, ProfileSet, resolve_limits
+from selftest.fakenvml import load_scenario, nvml_env, write_scenario
+from selftest.suite import run_suite
+from selftest.test_dcgm import dcgm4_failing_gpu3
+
+HERE = Path(__file__).resolve().parent
+STANDINS = HERE / "standins"
+HOST = socket.gethostname()
+PROFILES = ProfileSet()
+LIMITS = resolve_limits(Expectations("h100-sxm", None, {}), PROFILES, None)
+
+
+@pytest.fixture
+def standins(monkeypatch, tmp_path) -> Path:
+    """Stand-ins first on PATH; returns the file each of them logs its command line to."""
+    monkeypatch.setenv("PATH", f"{STANDINS}{os.pathsep}{os.environ['PATH']}")
+    calls = tmp_path / "calls.log"
+    monkeypatch.setenv("STANDIN_CALLS", str(calls))
+    return calls
+
+
+@pytest.fixture
+def local():
+    return testinfra.get_host("local://")
+
+
+def judged(section: dict[str, Any], name: str) -> checks.Result:
+    facts = {"source": "active", "nccl": section}
+    return checks.evaluate(name, checks.NodeView("n1", facts, LIMITS))
+
+
+def single(host: Any, timeout_s: float = 30, folder: Path = STANDINS) -> dict[str, Any]:
+    command = runner.nccl_single_command(str(folder / "all_reduce_perf"), "-b 8 -e 16G -f 2", 8)
+    outcome = runner.run_on(host, command, timeout_s)
+    return runner.nccl_section(outcome, ["n1"], "nccl_timeout_s")
+
+
+# ---------------------------------------------------------------- single-node nccl-tests
+
+
+def test_replayed_healthy_run_passes_with_the_real_command_line(standins, local):
+    section = single(local)
+    assert section["error"] is None and section["rc"] == 0
+    assert judged(section, "nccl_bandwidth").status == "PASS"
+    assert judged(section, "nccl_data_integrity").status == "PASS"
+    assert standins.read_text() == "local all_reduce_perf -b 8 -e 16G -f 2 -g 8\n"
+
+
+def test_a_hung_run_is_killed_at_its_timeout(standins, local, monkeypatch):
+    monkeypatch.setenv("STANDIN_NCCL", "hang")
+    started = time.monotonic()
+    section = single(local, timeout_s=1)
+    assert time.monotonic() - started < 5
+    assert section["error"].startswith("timed out: killed after 1 s (nccl_timeout_s)")
+    result = judged(section, "nccl_bandwidth")
+    assert result.status == "FAIL" and "hung GPU" in result.action
+
+
+def test_an_nccl_failure_fails_with_its_message(standins, local, monkeypatch):
+    monkeypatch.setenv("STANDIN_NCCL", "fail")
+    section = single(local)
+    assert section["error"].startswith("exited 3: node005: Test NCCL failure common.cu:1005")
+    assert judged(section, "nccl_data_integrity").status == "FAIL"
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        ("garbage", "output is not an nccl-tests result: no nccl-tests result rows"),
+        ("truncated", "line 18: result row has 7 columns, the header has 13"),
+    ],
+)
+def test_garbage_output_is_a_clear_failure(standins, local, monkeypatch, mode, message):
+    monkeypatch.setenv("STANDIN_NCCL", mode)
+    result = judged(single(local), "nccl_bandwidth")
+    assert result.status == "FAIL" and message in result.message
+
+
+def test_missing_nccl_tests_fails_with_install_advice(standins, local, tmp_path):
+    result = judged(single(local, folder=tmp_path), "nccl_bandwidth")
+    assert result.status == "FAIL" and "not found" in result.message
+    assert "role nccl_tests" in result.action
+
+
+def test_slow_single_node_run_fails_the_h100_threshold(standins, local, monkeypatch):
+    monkeypatch.setenv("STANDIN_NCCL", "nccltests_issue309_4node_32xH100_vm_all_reduce.txt")
+    result = judged(single(local), "nccl_bandwidth")
+    assert result.status == "FAIL" and "365.8 GB/s" in result.message
+
+
+def test_size_arguments_are_quoted_for_the_shell():
+    command = runner.nccl_single_command("/opt/nccl tests/all_reduce_perf", "-b 8 -e '1G;x'", 4)
+    assert command == "'/opt/nccl tests/all_reduce_perf' -b 8 -e '1G;x' -g 4"
+    with pytest.raises(ValueError, match="nccl_sizes"):
+        runner.nccl_single_command("/x", "-b 'unclosed", 4)
+
+
+# ---------------------------------------------------------------- dcgmi diag
+
+
+def diag(host: Any, timeout_s: float = 30) -> dict[str, Any]:
+    outcome = runner.run_on(host, "dcgmi diag -r 2 -j", timeout_s)
+    return runner.dcgm_section(outcome, 2, "dcgm_diag_timeout_s")
+
+
+def test_dcgmi_replay_and_a_failing_gpu_with_nonzero_exit(standins, local, monkeypatch, tmp_path):
+    assert diag(local)["diag"]["layout"] == "3.x"
+    failing = tmp_path / "diag.json"
+    failing.write_text(dcgm4_failing_gpu3())
+    monkeypatch.setenv("STANDIN_DCGM_DIAG", str(failing))
+    monkeypatch.setenv("STANDIN_DCGM_RC", "226")
+    section = diag(local)
+    assert section["rc"] == 226 and section["error"] is None
+    gpus = [{"index": i} for i in range(8)]
+    view = checks.NodeView("n1", {"source": "active", "gpus": gpus, "dcgm": section}, LIMITS)
+    assert checks.evaluate("dcgm_diag_gpu", view, 3).status == "FAIL"
+    assert checks.evaluate("dcgm_diag_gpu", view, 4).status == "PASS"
+
+
+@pytest.mark.parametrize(
+    ("mode", "error", "action"),
+    [
+        ("garbage", "no JSON in the output (first line: 'Usage: dcgmi", "by hand"),
+        ("nohostengine", "cannot reach the DCGM host engine", "systemctl enable --now"),
+    ],
+)
+def test_dcgmi_garbage_and_host_engine_down_fail(standins, local, monkeypatch, mode, error, action):
+    monkeypatch.setenv("STANDIN_DCGM_DIAG", mode)
+    section = diag(local)
+    assert error in section["error"] and action in section["action"]
+
+
+def test_dcgmi_hang_and_missing(standins, local, monkeypatch):
+    monkeypatch.setenv("STANDIN_DCGM_DIAG", "hang")
+    hung = diag(local, timeout_s=1)
+    assert "timed out: killed after 1 s (dcgm_diag_timeout_s)" in hung["error"]
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    missing = diag(local)
+    assert missing["error"].startswith("dcgmi not found") and "role dcgm" in missing["action"]
+
+
+# ---------------------------------------------------------------- multi-node launch + bisection
+
+
+def multi(host: Any, launcher: str, nodes: list[str]) -> dict[str, Any]:
+    command = runner.nccl_multi_command(
+        launcher, "--mca pml ucx", str(STANDINS / "all_reduce_perf"), "-b 8 -e 16G -f 2", nodes, 8
+    )
+    return runner.nccl_section(runner.run_on(host, command, 30), nodes, "nccl_timeout_s")
+
+
+def multi_limits() -> Any:
+    return resolve_limits(Expectations("h100-sxm", None, {}), PROFILES, None)
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "srun"])
+def test_launchers_get_the_node_set(standins, local, monkeypatch, launcher):
+    monkeypatch.setenv("STANDIN_SLOW_NODES", "n3")
+    fast = multi(local, launcher, ["n1", "n2"])
+    slow = multi(local, launcher, ["n1", "n3"])
+    assert standins.read_text().splitlines() == [
+        f"local {launcher} n1,n2",
+        f"local {launcher} n1,n3",
+    ]
+    view = checks.NodeView
+    assert checks.evaluate("nccl_bandwidth", view("x", {"nccl": fast}, multi_limits())).status == (
+        "PASS"
+    )
+    result = checks.evaluate("nccl_bandwidth", view("x", {"nccl": slow}, multi_limits()))
+    assert result.status == "FAIL" and "2 nodes" in result.message
+
+
+def test_mpirun_command_writes_a_hostfile_and_cleans_it_up():
+    command = runner.nccl_multi_command(
+        "mpirun", "-x PATH", "/b/all_reduce_perf", "-b 8", ["a", "b"], 8
+    )
+    assert "printf '%s slots=8\\n' a b" in command
+    assert 'mpirun --hostfile "$f" -np 16 -x PATH /b/all_reduce_perf -b 8 -g 1' in command
+    assert command.endswith('rc=$?; rm -f "$f"; exit $rc')
+
+
+def measure_with(slow: set[str], runs: list[tuple[str, ...]]):
+    def measure(nodes: tuple[str, ...]) -> bool:
+        runs.append(nodes)
+        return not slow & set(nodes)
+
+    return measure
+
+
+def test_bisection_names_one_slow_node_among_four():
+    runs: list[tuple[str, ...]] = []
+    found = bisect.bisect(["n1", "n2", "n3", "n4"], measure_with({"n3"}, runs))
+    assert found.slow == ["n3"] and found.fast == ["n1", "n2", "n4"]
+    assert runs == [("n1", "n2"), ("n3", "n4"), ("n1", "n3"), ("n1", "n4")]
+
+
+def test_bisection_finds_two_slow_nodes_in_different_halves():
+    found = bisect.bisect(["n1", "n2", "n3", "n4"], measure_with({"n1", "n3"}, []))
+    assert sorted(found.slow) == ["n1", "n3"]
+
+
+def test_bisection_of_a_larger_set_uses_halves():
+    nodes = [f"n{i}" for i in range(1, 17)]
+    runs: list[tuple[str, ...]] = []
+    found = bisect.bisect(nodes, measure_with({"n11"}, runs))
+    assert found.slow == ["n11"]
+    assert len(runs) <= 10 and ("n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8") in runs
+
+
+def test_bisection_names_nobody_when_every_set_is_slow_or_fast():
+    everything = bisect.bisect(["n1", "n2", "n3", "n4"], lambda nodes: False)
+    assert everything.slow == [] and everything.unresolved
+    only_together = bisect.bisect(["n1", "n2", "n3", "n4"], lambda nodes: True)
+    assert only_together.slow == [] and not only_together.unresolved
+
+
+# ---------------------------------------------------------------- the suite, as users run it
+
+NODES = ["n1", "n2", "n3", "n4"]
+
+
+def fleet_inventory(tmp_path: Path, **extra: Any) -> Path:
+    lines = [
+        "all:",
+        "  vars:",
+        "    gpu_profile: h100-sxm",
+        f"    nccl_tests_dir: {STANDINS}",
+        *(f"    {key}: {json.dumps(value)}" for key, value in extra.items()),
+        "  hosts:",
+        *(f"    {node}: {{}}" for node in NODES),
+    ]
+    path = tmp_path / "hosts.yml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def standin_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {
+        "PATH": f"{STANDINS}{os.pathsep}{os.environ['PATH']}",
+        "STANDIN_CALLS": str(tmp_path / "calls.log"),
+        **extra,
+    }
+
+
+def test_quick_level_skips_active_checks_with_the_reason(tmp_path):
+    inventory = fleet_inventory(tmp_path)
+    hosts = ",".join(f"ssh://{n}" for n in NODES)
+    run = run_suite(
+        tmp_path / "r",
+        "--hosts",
+        hosts,
+        "--inventory",
+        str(inventory),
+        "-m",
+        "nccl",
+        env=standin_env(tmp_path),
+    )
+    assert run.rc == 0, run.output[-3000:]
+    messages = run.messages()
+    assert set(run.outcomes().values()) == {"skipped"}
+    assert "not run at level quick (use --level standard)" in messages["test_nccl_bandwidth[n1]"]
+    assert "not run at level quick (use --level full)" in messages["test_nccl_multinode[fleet]"]
+    assert not (tmp_path / "calls.log").exists()
+
+
+def test_full_level_bisection_names_the_slow_node_in_the_verdicts(tmp_path):
+    inventory = fleet_inventory(tmp_path)
+    hosts = ",".join(f"ssh://{n}" for n in NODES)
+    env = standin_env(tmp_path, STANDIN_SLOW_NODES="n3")
+    run = run_suite(
+        tmp_path / "r",
+        "--hosts",
+        hosts,
+        "--inventory",
+        str(inventory),
+        "-m",
+        "nccl",
+        "--level",
+        "full",
+        "-n",
+        "2",
+        env=env,
+    )
+    assert run.rc == 1, run.output[-3000:]
+    outcomes = run.outcomes()
+    assert outcomes["test_nccl_multinode[fleet]"] == "failed"
+    assert {outcomes[f"test_nccl_bandwidth[{n}]"] for n in NODES} == {"passed"}
+    message = run.messages()["test_nccl_multinode[fleet]"]
+    assert "89.9 GB/s" in message and "< 350 GB/s expected, 4 nodes" in message
+    assert "slow node(s): n3" in message
+    nodes = run.verdicts["nodes"]
+    assert nodes["n3"]["verdict"] == "FAIL"
+    assert nodes["n3"]["reasons"][0].startswith("n3 is slow in multi-node all_reduce (n3+n4: ")
+    assert "n1+n3: 89.9 GB/s" in nodes["n3"]["reasons"][0]
+    assert "NICs" in nodes["n3"]["actions"][0]
+    for node in ("n1", "n2", "n4"):
+        assert nodes[node]["verdict"] == "PASS"
+        assert any("bisection named n3" in note for note in nodes[node]["notes"])
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    launches = [line.split()[-1] for line in calls if " mpirun " in line]
+    assert launches == ["n1,n2,n3,n4", "n1,n2", "n3,n4", "n1,n3", "n1,n4"]
+    # each per-node run drove all 8 GPUs of its own node
+    assert sorted(line.split()[0] for line in calls if "all_reduce_perf" in line) == NODES
+    evidence = tmp_path / "r" / "evidence"
+    assert (evidence / "n1" / "nccl-multinode-n1+n2+n3+n4.log").read_text().startswith("$ f=")
+    assert (evidence / "n3" / "nccl-all_reduce_perf.log").exists()
+    attachments = [p.name for p in (tmp_path / "r" / "allure-results").glob("*-attachment*")]
+    assert len(attachments) >= 5
+
+
+def test_full_level_healthy_fleet_over_srun_passes_with_a_note(tmp_path):
+    inventory = fleet_inventory(tmp_path, nccl_launcher="srun")
+    hosts = ",".join(f"ssh://{n}" for n in NODES)
+    run = run_suite(
+        tmp_path / "r",
+        "--hosts",
+        hosts,
+        "--inventory",
+        str(inventory),
+        "-m",
+        "nccl",
+        "--level",
+        "full",
+        "-k",
+        "multinode",
+        env=standin_env(tmp_path),
+    )
+    assert run.rc == 0, run.output[-3000:]
+    assert run.outcomes() == {"test_nccl_multinode[fleet]": "passed"}
+    note = run.verdicts["nodes"]["n2"]["notes"][0]
+    assert "487.3 GB/s" in note and ">= 350 GB/s, 4 nodes" in note
+
+
+@pytest.fixture
+def h100_node(tmp_path: Path, fake_nvml_lib: Path) -> tuple[Path, dict[str, str]]:
+    """This machine as an 8x H100 node (fake NVML) with DCGM and the stand-ins installed."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        f"all:\n  hosts:\n    {HOST}:\n      gpu_profile: h100-sxm\n"
+        f"      dcgm_installed: true\n      nccl_tests_dir: {STANDINS}\n"
+    )
+    scenario = write_scenario(load_scenario("healthy-h100x8"), tmp_path / "healthy.conf")
+    env = nvml_env(fake_nvml_lib.parent, scenario)
+    env.update(standin_env(tmp_path))
+    return inventory, env
+
+
+def test_standard_level_dcgm_fails_exactly_the_failing_gpu(tmp_path, h100_node):
+    inventory, env = h100_node
+    failing = tmp_path / "diag.json"
+    failing.write_text(dcgm4_failing_gpu3())
+    env.update(STANDIN_DCGM_DIAG=str(failing), STANDIN_DCGM_RC="226")
+    run = run_suite(
+        tmp_path / "r",
+        "--inventory",
+        str(inventory),
+        "-m",
+        "dcgm or nccl",
+        "--level",
+        "standard",
+        env=env,
+    )
+    outcomes = run.outcomes()
+    failed = {name for name, status in outcomes.items() if status != "passed"}
+    assert failed == {f"test_dcgm_diag_gpu[{HOST}-gpu3]", "test_nccl_multinode[fleet]"}, run.output[
+        -3000:
+    ]
+    assert outcomes["test_nccl_multinode[fleet]"] == "skipped"
+    assert outcomes[f"test_dcgm_health[{HOST}]"] == "passed"
+    assert outcomes[f"test_nccl_bandwidth[{HOST}]"] == "passed"
+    calls = (tmp_path / "calls.log").read_text()
+    assert calls.count("dcgmi diag -r 2 -j") == 1 and calls.count("all_reduce_perf") == 1
+    verdict = run.verdicts["nodes"][HOST]
+    assert verdict["verdict"] == "FAIL"
+    assert "gpu3" in verdict["reasons"][0] and "412.00 gigaflops" in verdict["reasons"][0]
+
+
+def test_full_level_runs_dcgm_level_3_and_a_broken_dcgm_never_passes(tmp_path, h100_node):
+    inventory, env = h100_node
+    env.update(STANDIN_DCGM_DIAG="garbage", STANDIN_DCGM_HEALTH="nohostengine")
+    run = run_suite(
+        tmp_path / "r", "--inventory", str(inventory), "-m", "dcgm", "--level", "full", env=env
+    )
+    outcomes = run.outcomes()
+    assert outcomes[f"test_dcgm_diag[{HOST}]"] == "failed"
+    assert outcomes[f"test_dcgm_health[{HOST}]"] == "failed"
+    assert {outcomes[f"test_dcgm_diag_gpu[{HOST}-gpu{i}]"] for i in range(8)} == {"skipped"}
+    assert "dcgmi diag -r 3 -j" in (tmp_path / "calls.log").read_text()
+    assert "cannot reach the DCGM host engine" not in run.messages()[f"test_dcgm_diag[{HOST}]"]
+    assert "host engine" in run.messages()[f"test_dcgm_health[{HOST}]"]
+
+
+def test_fleet_slow_everywhere_warns_every_node_and_names_none(tmp_path):
+    inventory = fleet_inventory(tmp_path)
+    hosts = ",".join(f"ssh://{n}" for n in NODES)
+    env = standin_env(tmp_path, STANDIN_SLOW_NODES=",".join(NODES))
+    run = run_suite(
+        tmp_path / "r",
+        "--hosts",
+        hosts,
+        "--inventory",
+        str(inventory),
+        "-m",
+        "nccl",
+        "--level",
+        "full",
+        "-k",
+        "multinode",
+        env=env,
+    )
+    assert run.outcomes() == {"test_nccl_multinode[fleet]": "failed"}
+    for node in NODES:
+        verdict = run.verdicts["nodes"][node]
+        assert verdict["verdict"] == "WARN"
+        assert "no subset tried was fast" in verdict["reasons"][0]

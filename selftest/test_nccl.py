@@ -1,0 +1,354 @@
+"""nccl-tests: the parser on every real log, the NCCL checks on them, and triage of them."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuhealth import checks
+from gpuhealth.config import Expectations, ProfileSet, resolve_limits
+from gpuhealth.parsers import ParseError, nccl_tests
+
+DATA = Path(__file__).parent / "data" / "nccl-tests"
+PROFILES = ProfileSet()
+ONE_NODE = "nccltests_issue290_1node_8xH100_nvls_all_reduce.txt"
+RING = "nccltests_issue290_2node_16xH100_ring_low_bw.txt"
+TWO_NODES = "nccltests_issue309_2node_16xH100_all_reduce.txt"
+FOUR_NODES = "nccltests_issue309_4node_32xH100_vm_all_reduce.txt"
+SRUN = "awsome_2x_p5.48xlarge_efa_all_reduce_srun.txt"
+MPIJOB = "awsome_2x_p5.48xlarge_eks_mpijob_excerpt.log"
+ALLTOALL = "nccltests_issue287_rtx5090_1gpu_alltoall_na_wrong.txt"
+
+
+def parse(name: str) -> dict[str, Any]:
+    return nccl_tests.parse((DATA / name).read_text())
+
+
+def section(name: str, nodes: int | None = None) -> dict[str, Any]:
+    """The `nccl` section triage builds from a saved log."""
+    found = nccl_tests.evidence((DATA / name).read_text())["nccl"]
+    found["nodes"] = nodes
+    return found
+
+
+def judge(name: str, nccl: dict[str, Any], profile: str = "h100-sxm", **overrides: Any):
+    facts = {"source": "evidence-file", "nccl": nccl}
+    limits = resolve_limits(Expectations(profile, None, overrides), PROFILES, None)
+    return checks.evaluate(name, checks.NodeView("node5", facts, limits))
+
+
+# ---------------------------------------------------------------- parser, every real log
+
+# file -> (collective, ranks from rank lines, hosts if the list is complete, rows, last size,
+#          last out-of-place busbw, avg footer)
+EXPECTED = {
+    SRUN: ("all_reduce", None, None, 32, 17179869184, 487.09, None),
+    MPIJOB: ("all_reduce", None, None, 7, 2147483648, 437.79, 52.9753),
+    "coreweave_64xH100_ib_sharp_all_reduce_excerpt.txt": (
+        "all_reduce",
+        None,
+        None,
+        5,
+        8589934592,
+        386.56,
+        373.187,
+    ),
+    "coreweave_gb200_20racks_1440gpu_all_reduce.txt": (
+        "all_reduce",
+        1440,
+        None,
+        6,
+        17179869184,
+        405.74,
+        297.808,
+    ),
+    "coreweave_gb200_nvl72_2racks_all_reduce.txt": (
+        "all_reduce",
+        144,
+        None,
+        6,
+        17179869184,
+        810.41,
+        688.487,
+    ),
+    ALLTOALL: ("alltoall", 1, ["GENOA-01"], 1, 33554432, 0.0, 0.0),
+    ONE_NODE: ("all_reduce", 8, ["node005"], 6, 4294967296, 473.60, 439.369),
+    RING: ("all_reduce", 16, ["node005", "node007"], 11, 8589934592, 89.90, 85.5294),
+    TWO_NODES: ("all_reduce", 16, ["bm-h100-01", "bm-h100-02"], 32, 17179869184, 469.21, 139.56),
+    FOUR_NODES: (
+        "all_reduce",
+        32,
+        ["pt01", "spt01", "spt02", "pt02"],
+        32,
+        17179869184,
+        365.84,
+        107.51,
+    ),
+}
+
+
+def test_every_sample_is_covered():
+    assert {p.name for p in DATA.iterdir() if p.name != "SOURCE.md"} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_parser_reads_every_real_log(name):
+    collective, ranks, hosts, rows, last_size, last_busbw, avg = EXPECTED[name]
+    run = parse(name)
+    assert run["collective"] == collective
+    assert run["ranks"] == ranks
+    assert (run["hosts"] if run["hosts_complete"] else None) == hosts
+    assert len(run["rows"]) == rows
+    last = run["rows"][-1]
+    assert last["size"] == last_size
+    assert last["out_of_place"]["busbw_gbps"] == pytest.approx(last_busbw)
+    assert run["avg_busbw_gbps"] == (pytest.approx(avg) if avg is not None else None)
+
+
+def test_header_devices_and_footer_of_the_healthy_single_node_log():
+    run = parse(ONE_NODE)
+    assert run["header"] == {
+        "nthread": 1,
+        "ngpus": 8,
+        "min_bytes": 134217728,
+        "max_bytes": 4294967296,
+        "warmup_iters": 5,
+        "iters": 2,
+        "validation": 1,
+    }
+    assert run["devices"][1] == {
+        "rank": 1,
+        "group": 0,
+        "pid": 295203,
+        "host": "node005",
+        "device": 1,
+        "busid": "0x6d",
+        "name": "NVIDIA H100 80GB HBM3",
+    }
+    assert run["out_of_bounds"] == {"count": 0, "ok": True}
+    first = run["rows"][0]
+    assert (first["count"], first["type"], first["redop"], first["root"]) == (
+        33554432,
+        "float",
+        "sum",
+        -1,
+    )
+    assert first["in_place"] == {
+        "time_us": 614.3,
+        "algbw_gbps": 218.48,
+        "busbw_gbps": 382.34,
+        "wrong": 0,
+    }
+    assert run["collective_source"] == "inferred"
+
+
+def test_mpi_warnings_command_line_and_prefixes_are_skipped():
+    run = parse(TWO_NODES)
+    assert run["collective"] == "all_reduce" and run["collective_source"] == "log"
+    assert run["nccl_version"] == "2.26.2+cuda12.8"
+    assert run["devices"][0]["busid"] == "0000:19:00"
+    srun = parse(SRUN)
+    assert srun["rows"][0]["size"] == 8 and srun["out_of_bounds"] is None
+    mpijob = parse(MPIJOB)
+    assert mpijob["elided"] and mpijob["rows"][0]["size"] == 0
+
+
+def test_wrong_na_is_not_validated_not_zero():
+    ring = parse(RING)
+    assert {row["out_of_place"]["wrong"] for row in ring["rows"]} == {None}
+    alltoall = parse(ALLTOALL)
+    assert alltoall["rows"][0]["out_of_place"]["wrong"] == 0
+    assert alltoall["rows"][0]["in_place"]["wrong"] is None
+
+
+def test_nan_bandwidth_is_none():
+    text = (DATA / ONE_NODE).read_text().replace("476.53", "  -nan")
+    run = nccl_tests.parse(text)
+    assert run["rows"][-1]["in_place"]["busbw_gbps"] is None
+
+
+def test_a_row_cut_short_is_an_error_naming_the_line():
+    lines = (DATA / ONE_NODE).read_text().splitlines()
+    lines[17] = lines[17][:60]
+    with pytest.raises(ParseError, match=r"line 18: result row has 6 columns, the header has 13"):
+        nccl_tests.parse("\n".join(lines))
+
+
+def test_a_log_without_results_is_an_error():
+    with pytest.raises(ParseError, match="no nccl-tests result rows"):
+        nccl_tests.parse("NCCL WARN Cuda failure 'out of memory'\n# nThread 1 nGpus 8\n")
+
+
+def test_wrong_count_that_is_not_a_number_is_an_error():
+    text = (DATA / ONE_NODE).read_text().replace("473.60      0", "473.60    abc")
+    with pytest.raises(ParseError, match="#wrong 'abc' is not a count"):
+        nccl_tests.parse(text)
+
+
+# ---------------------------------------------------------------- checks on the real logs
+
+
+def test_healthy_8x_h100_single_node_passes_the_h100_profile():
+    result = judge("nccl_bandwidth", section(ONE_NODE))
+    assert result.status == "PASS", result.message
+    assert "476.5 GB/s" in result.message and ">= 460 GB/s" in result.message
+    assert "single node over NVLink" in result.message
+    assert judge("nccl_data_integrity", section(ONE_NODE)).status == "PASS"
+
+
+def test_same_log_fails_a_stricter_single_node_threshold_with_an_action():
+    result = judge("nccl_bandwidth", section(ONE_NODE), nccl_allreduce_min_busbw_gbps=480)
+    assert result.status == "FAIL"
+    assert "476.5 GB/s" in result.message and "< 480 GB/s expected" in result.message
+    assert "NVLink" in result.action
+
+
+def test_two_node_ring_run_at_102_fails_the_internode_threshold():
+    result = judge("nccl_bandwidth", section(RING))
+    assert result.status == "FAIL", result.message
+    assert "89.9 GB/s" in result.message and "< 350 GB/s expected" in result.message
+    assert "2 nodes" in result.message and "nccl_internode_min_busbw_gbps" in result.message
+    assert "bisection" in result.action
+
+
+def test_fabric_keys_describe_the_network_in_the_message():
+    result = judge("nccl_bandwidth", section(RING), fabric="infiniband", ib_ports_expected=8)
+    assert "2 nodes over InfiniBand (8 ports, >= 400 Gb/s)" in result.message
+
+
+def test_wrong_na_everywhere_skips_integrity_as_not_validated():
+    result = judge("nccl_data_integrity", section(RING))
+    assert result.status == "SKIP"
+    assert "not validated" in result.message and "not the same as 0" in result.message
+
+
+def test_in_place_na_of_alltoall_is_not_a_failure_and_alltoall_is_not_judged_for_bandwidth():
+    assert judge("nccl_data_integrity", section(ALLTOALL)).status == "PASS"
+    bandwidth = judge("nccl_bandwidth", section(ALLTOALL))
+    assert bandwidth.status == "SKIP" and "alltoall_perf" in bandwidth.message
+
+
+def test_healthy_multi_node_logs_pass_judged_at_large_sizes_not_on_the_average():
+    two = judge("nccl_bandwidth", section(TWO_NODES))
+    assert two.status == "PASS" and "469.2 GB/s" in two.message
+    assert "average 139.56 GB/s is not judged" in two.message
+    assert judge("nccl_bandwidth", section(FOUR_NODES)).status == "PASS"
+
+
+def test_nonzero_wrong_is_data_corruption_whatever_the_bandwidth():
+    nccl = section(ONE_NODE)
+    nccl["run"]["rows"][4]["in_place"]["wrong"] = 12
+    result = judge("nccl_data_integrity", nccl)
+    assert result.status == "FAIL"
+    assert "data corruption: #wrong 12 at 2 GiB in-place" in result.message
+    assert "drain" in result.action
+    assert judge("nccl_bandwidth", nccl).status == "PASS"
+
+
+def test_out_of_bounds_failed_footer_is_data_corruption():
+    text = (DATA / ONE_NODE).read_text().replace("values : 0 OK", "values : 3 FAILED")
+    nccl = nccl_tests.evidence(text)["nccl"]
+    result = judge("nccl_data_integrity", nccl)
+    assert result.status == "FAIL" and "Out of bounds values: 3 FAILED" in result.message
+
+
+def test_log_without_rank_lines_needs_the_node_count():
+    skip = judge("nccl_bandwidth", section(SRUN))
+    assert skip.status == "SKIP" and "--nodes" in skip.message
+    assert judge("nccl_bandwidth", section(SRUN, nodes=2)).status == "PASS"
+
+
+def test_partial_rank_list_does_not_count_nodes():
+    nccl = section("coreweave_gb200_nvl72_2racks_all_reduce.txt")
+    assert judge("nccl_bandwidth", nccl, "gb200").status == "SKIP"
+
+
+def test_sweep_that_never_reaches_the_reference_size():
+    mpijob = section(MPIJOB, nodes=2)
+    assert judge("nccl_bandwidth", mpijob).status == "PASS"
+    small = judge("nccl_bandwidth", mpijob, nccl_reference_size_bytes=4 << 30)
+    assert small.status == "SKIP" and "not evaluated" in small.message
+    live = copy.deepcopy(mpijob)
+    facts = {"source": "active", "nccl": live}
+    limits = resolve_limits(
+        Expectations("h100-sxm", None, {"nccl_reference_size_bytes": 4 << 30}), PROFILES, None
+    )
+    result = checks.evaluate("nccl_bandwidth", checks.NodeView("n1", facts, limits))
+    assert result.status == "FAIL" and "set nccl_sizes" in result.message
+
+
+def test_no_threshold_reports_the_measurement_without_judging_it():
+    result = judge("nccl_bandwidth", section(ONE_NODE), profile="default")
+    assert result.status == "SKIP"
+    assert "476.5 GB/s" in result.message and "set nccl_allreduce_min_busbw_gbps" in result.message
+
+
+def test_a_run_that_produced_nothing_fails_both_checks_with_its_error():
+    nccl = {"nodes": 1, "error": "timed out: killed after 600 s", "action": "re-run", "run": None}
+    for name in ("nccl_bandwidth", "nccl_data_integrity"):
+        result = judge(name, nccl)
+        assert result.status == "FAIL" and "killed after 600 s" in result.message
+
+
+def test_profiles_carry_the_reference_thresholds():
+    assert PROFILES.get("h100-sxm")["nccl_allreduce_min_busbw_gbps"] == 460
+    assert PROFILES.get("h200-sxm")["nccl_allreduce_min_busbw_gbps"] == 431
+    assert PROFILES.get("a100-sxm-80gb")["nccl_allreduce_min_busbw_gbps"] == 228
+    assert PROFILES.get("default")["nccl_allreduce_min_busbw_gbps"] is None
+
+
+# ---------------------------------------------------------------- gpuhealth triage
+
+
+def triage(*args: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuhealth.cli", "triage", "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode in (0, 1), proc.stderr
+    doc = json.loads(proc.stdout)
+    doc["rc"] = proc.returncode
+    return doc
+
+
+def nccl_findings(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f["check"]: f for f in doc["findings"] if f["check"].startswith("nccl")}
+
+
+def test_triage_single_node_log_passes_and_ring_log_fails():
+    good = triage(str(DATA / ONE_NODE), "--profile", "h100-sxm")
+    assert good["rc"] == 0 and nccl_findings(good)["nccl_bandwidth"]["status"] == "PASS"
+    bad = triage(str(DATA / RING), "--profile", "h100-sxm")
+    assert bad["rc"] == 1 and bad["verdict"] == "FAIL"
+    assert nccl_findings(bad)["nccl_bandwidth"]["status"] == "FAIL"
+
+
+def test_triage_takes_nodes_from_the_option_when_the_log_has_no_rank_lines():
+    doc = triage(str(DATA / SRUN), "--profile", "h100-sxm", "--nodes", "2")
+    result = nccl_findings(doc)["nccl_bandwidth"]
+    assert result["status"] == "PASS" and "2 nodes" in result["message"]
+    # Complete rank lines win over --nodes: the ring log names node005 and node007.
+    ring = triage(str(DATA / RING), "--profile", "h100-sxm", "--nodes", "1")
+    assert "2 nodes" in nccl_findings(ring)["nccl_bandwidth"]["message"]
+
+
+def test_triage_of_garbage_names_the_line(tmp_path):
+    broken = tmp_path / "cut.log"
+    lines = (DATA / ONE_NODE).read_text().splitlines()
+    broken.write_text("\n".join(lines[:17] + [lines[17][:60]]) + "\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuhealth.cli", "triage", str(broken)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "cut.log: line 18: result row has 6 columns" in proc.stderr
