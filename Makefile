@@ -40,20 +40,29 @@ $(TOOLS)/node_modules/.bin/allure: | deps
 	mkdir -p $(TOOLS)
 	npm install --silent --no-audit --no-fund --prefix $(TOOLS) allure@3 >/dev/null
 
-# Render reports/allure-results as HTML (Allure 3 from npm, offline).
+# Render $(REPORTS)/allure-results as one self-contained HTML file (Allure 3 from npm, offline)
+# that opens from disk, grouped host > check family > GPU. The bed's end-to-end test renders
+# its report with this target too (REPORTS=<its reports dir>).
+REPORTS ?= reports
 report: $(TOOLS)/node_modules/.bin/allure
-	@if [ -d reports/allure-results ]; then \
-	  $(TOOLS)/node_modules/.bin/allure generate reports/allure-results -o reports/allure-report >/dev/null && \
-	  echo "HTML report: $(CURDIR)/reports/allure-report/index.html"; \
-	else echo "no reports/allure-results yet: run make check first"; fi
+	@if [ -d $(REPORTS)/allure-results ]; then \
+	  rm -rf $(REPORTS)/allure-report && \
+	  $(TOOLS)/node_modules/.bin/allure awesome $(REPORTS)/allure-results \
+	    -o $(REPORTS)/allure-report --single-file --report-name gpuhealth \
+	    --group-by parentSuite,suite,subSuite >/dev/null && \
+	  echo "HTML report: $(abspath $(REPORTS))/allure-report/index.html"; \
+	else echo "no $(REPORTS)/allure-results yet: run make check first"; fi
 
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check src selftest tests
 	$(BIN)/yamllint -s .
 
+# Unit and suite-level tests in parallel, then the SSH test bed ones (root: namespaces, mounts;
+# skipped otherwise) on one worker, printing their timings; both run, either failing fails.
 test: venv lint
-	$(BIN)/pytest selftest $(PYTEST_ARGS)
+	@rc=0; $(BIN)/pytest -c selftest/pytest.ini selftest -m "not bed" -n auto $(PYTEST_ARGS) || rc=$$?; \
+	$(BIN)/pytest -c selftest/pytest.ini selftest -m bed -s $(PYTEST_ARGS) || rc=$$?; exit $$rc
 
 clean:
 	rm -rf reports/allure-results reports/allure-report reports/facts reports/*.xml reports/*.json

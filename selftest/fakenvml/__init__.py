@@ -5,12 +5,16 @@ the environment from nvml_env(). Scenarios are YAML files in scenarios/: nested 
 into the key=value lines fake_nvml.c reads (its header lists the keys and their defaults), and
 `extends: <other scenario>` starts from another file. Lists are joined with commas; quote
 "pid:mib" process entries, as YAML 1.1 reads an unquoted 1:20 as the number 80.
+
+Without FAKE_NVML_SCENARIO the library reads /etc/fake-nvml/scenario.conf (DEFAULT_SCENARIO),
+which is how the test bed's nodes get their scenario over SSH.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,19 +25,35 @@ HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "fake_nvml.c"
 SCENARIOS = HERE / "scenarios"
 LIBRARY_NAME = "libnvidia-ml.so.1"  # the name pynvml passes to CDLL
+DEFAULT_SCENARIO = "/etc/fake-nvml/scenario.conf"  # FAKE_NVML_DEFAULT_SCENARIO in fake_nvml.c
 
 
-def build_library(cache_dir: Path) -> Path:
-    """Compile fake_nvml.c into cache_dir/lib/libnvidia-ml.so.1, again only when it changed."""
+def build_library(
+    cache_dir: Path, driver_version: str | None = None, cuda_version: int = 0
+) -> Path:
+    """Compile fake_nvml.c into cache_dir/lib/libnvidia-ml.so.1, again only when it changed.
+
+    With `driver_version` (and `cuda_version`, e.g. 12060) the library is that driver release
+    when the scenario does not say otherwise, as a driver package of that branch would be; it
+    goes to cache_dir/lib-<driver_version>/.
+    """
+    flags = ["-shared", "-fPIC", "-O2", "-Wall", f"-Wl,-soname,{LIBRARY_NAME}"]
     lib_dir = Path(cache_dir) / "lib"
+    if driver_version is not None:
+        if not re.fullmatch(r"\d+\.\d+(\.\d+)?", driver_version):
+            raise ValueError(f"driver_version {driver_version!r} is not like 560.35.03")
+        flags.append(f'-DFAKE_NVML_DRIVER_VERSION="{driver_version}"')
+        lib_dir = lib_dir.with_name(f"lib-{driver_version}")
+    if cuda_version:
+        flags.append(f"-DFAKE_NVML_CUDA_VERSION={int(cuda_version)}")
     library, stamp = lib_dir / LIBRARY_NAME, lib_dir / f"{LIBRARY_NAME}.sha256"
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(flags).encode()).hexdigest()
     if library.exists() and stamp.exists() and stamp.read_text() == digest:
         return library
     lib_dir.mkdir(parents=True, exist_ok=True)
     partial = lib_dir / f".{LIBRARY_NAME}.{os.getpid()}"  # parallel builders must not collide
     gcc = subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-o", str(partial), str(SOURCE)],
+        ["gcc", *flags, "-o", str(partial), str(SOURCE)],
         capture_output=True,
         text=True,
     )
@@ -87,10 +107,15 @@ def _flatten(scenario: dict, prefix: str = "") -> list[str]:
     return lines
 
 
-def write_scenario(scenario: dict | str, path: Path) -> Path:
-    """Write a scenario (a name or a dict, which may also `extend`) as the fake's key=value file."""
+def scenario_text(scenario: dict | str) -> str:
+    """A scenario (a name or a dict, which may also `extend`) as the fake's key=value lines."""
     resolved = load_scenario(scenario) if isinstance(scenario, str) else _resolve(scenario)
-    Path(path).write_text("\n".join(_flatten(resolved)) + "\n", encoding="utf-8")
+    return "\n".join(_flatten(resolved)) + "\n"
+
+
+def write_scenario(scenario: dict | str, path: Path) -> Path:
+    """Write a scenario as the fake's key=value file."""
+    Path(path).write_text(scenario_text(scenario), encoding="utf-8")
     return Path(path)
 
 

@@ -3,19 +3,24 @@
  *
  * It exports exactly the NVML symbols the gpuhealth NVML collector calls through nvidia-ml-py
  * 13.615.71, with struct layouts matching pynvml's ctypes definitions, and serves the flat
- * scenario file named by $FAKE_NVML_SCENARIO: one "key=value" per line, '#' comments, a later
- * line overriding an earlier one. Keys (defaults: a healthy H100 SXM on driver 570.86.15):
+ * scenario file named by $FAKE_NVML_SCENARIO, or /etc/fake-nvml/scenario.conf when that is
+ * unset (a node reached over SSH, where no environment is passed on): one "key=value" per
+ * line, '#' comments, a later line overriding an earlier one. Keys (defaults: a healthy H100
+ * SXM on driver 570.86.15; build with -DFAKE_NVML_DRIVER_VERSION='"560.35.03"' and
+ * -DFAKE_NVML_CUDA_VERSION=12060 for a library that is another driver release by default):
  *
  *   init                          the answer of nvmlInit (ok)
- *   driver_version                570.86.15
+ *   driver_version                FAKE_NVML_DRIVER_VERSION (570.86.15)
  *   nvml_version                  "12." + driver_version
- *   cuda_driver_version           12080 (= 12.8)
+ *   cuda_driver_version           FAKE_NVML_CUDA_VERSION (12080 = 12.8)
  *   gpu.count                     8
  *   fn.<symbol>                   any call of that symbol, e.g. fn.nvmlDeviceGetTemperatureV=ERROR:13
  *                                 makes the library look older than that function
  *   gpu.<i>.<key>, gpu.all.<key>  one GPU, every GPU; <key> is one of
  *     handle (ok)  name  uuid  serial  pci_bus_id  pci_device_id (0x233010DE)  architecture (9)
  *     vbios_version  persistence_mode (1)  memory.total_mib (81559)  memory.used_mib (0)
+ *     memory.used_mib_after_s ("SECONDS:MIB": memory.used_mib becomes MIB that many seconds
+ *       after the process's first nvmlInit, as when a finished job's memory is freed)
  *     temperature (40)  temp.slowdown (87)  temp.shutdown (92)  temp.gpu_max (85)
  *     temp.margin (temp.gpu_max - temperature)  ecc.mode (1)
  *     ecc.<volatile|aggregate>.<sram|dram>_<corrected|uncorrected> (0)
@@ -25,7 +30,8 @@
  *     clocks_event_reasons (0x1 gpu_idle)  power.draw_w (120)  power.limit_w (700)
  *     pcie.<gen_current|gen_max|width_current|width_max|replay_count> (5 5 16 16 0)
  *     nvlink.count (18; 0 = PCIe-only board)  nvlink.<link> (1 = up)
- *     processes ("pid:used_mib,pid:used_mib", none)  recovery_action (0)
+ *     processes ("pid:used_mib,pid:used_mib", none)
+ *     recovery_action (0; NOT_SUPPORTED when driver_version is older than r570, which added it)
  *
  * Any value may instead be NOT_SUPPORTED (the call returns NVML_ERROR_NOT_SUPPORTED),
  * ERROR:<code> (that nvmlReturn_t) or HANG (the call never returns). Without a readable
@@ -50,6 +56,17 @@ enum {
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
     NVML_ERROR_UNKNOWN = 999,
 };
+
+#ifndef FAKE_NVML_DEFAULT_SCENARIO
+#define FAKE_NVML_DEFAULT_SCENARIO "/etc/fake-nvml/scenario.conf"
+#endif
+#ifndef FAKE_NVML_DRIVER_VERSION
+#define FAKE_NVML_DRIVER_VERSION "570.86.15"
+#endif
+#ifndef FAKE_NVML_CUDA_VERSION
+#define FAKE_NVML_CUDA_VERSION 12080
+#endif
+#define RECOVERY_ACTION_MIN_BRANCH 570 /* first driver branch with field 230 */
 
 #define MAX_GPUS 64
 #define MAX_ENTRIES 4096
@@ -94,6 +111,7 @@ typedef struct {
 static struct fake_device devices[MAX_GPUS];
 static char *keys[MAX_ENTRIES], *values[MAX_ENTRIES];
 static int n_entries, init_count;
+static struct timespec first_init; /* scenario times count from the first nvmlInit */
 static const unsigned int hgx_buses[8] = {0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb};
 
 #define TRY(expr) do { nvmlReturn_t rc_ = (expr); if (rc_) return rc_; } while (0)
@@ -117,7 +135,7 @@ static char *trim(char *s)
 static int load_scenario(void)
 {
     const char *path = getenv("FAKE_NVML_SCENARIO");
-    FILE *file = path ? fopen(path, "r") : NULL;
+    FILE *file = fopen(path ? path : FAKE_NVML_DEFAULT_SCENARIO, "r");
     char line[1024];
 
     if (!file)
@@ -266,6 +284,8 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
     TRY(special(lookup("init")));
     for (int i = 0; i < MAX_GPUS; i++)
         devices[i].index = i;
+    if (!first_init.tv_sec && !first_init.tv_nsec)
+        clock_gettime(CLOCK_MONOTONIC, &first_init);
     init_count++;
     return NVML_SUCCESS;
 }
@@ -292,7 +312,7 @@ const char *nvmlErrorString(nvmlReturn_t result)
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
 {
     ENTER();
-    return sys_str("driver_version", "570.86.15", version, length);
+    return sys_str("driver_version", FAKE_NVML_DRIVER_VERSION, version, length);
 }
 
 nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
@@ -302,7 +322,7 @@ nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
 
     ENTER();
     snprintf(fallback, sizeof fallback, "12.%s",
-             driver && isdigit((unsigned char)*driver) ? driver : "570.86.15");
+             driver && isdigit((unsigned char)*driver) ? driver : FAKE_NVML_DRIVER_VERSION);
     return sys_str("nvml_version", fallback, version, length);
 }
 
@@ -312,7 +332,7 @@ nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *version)
 
     ENTER();
     TRY(special(value));
-    *version = value ? atoi(value) : 12080;
+    *version = value ? atoi(value) : FAKE_NVML_CUDA_VERSION;
     return NVML_SUCCESS;
 }
 
@@ -400,13 +420,26 @@ nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t dev, unsigned int *mode)
     return gpu_uint(dev->index, "persistence_mode", "1", mode);
 }
 
+static double seconds_since_first_init(void)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - first_init.tv_sec) + (now.tv_nsec - first_init.tv_nsec) / 1e9;
+}
+
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *memory)
 {
+    const char *after, *colon;
     double total, used;
 
     ENTER_DEVICE(dev);
     TRY(gpu_num(dev->index, "memory.total_mib", "81559", &total));
     TRY(gpu_num(dev->index, "memory.used_mib", "0", &used));
+    after = gpu_value(dev->index, "memory.used_mib_after_s");
+    colon = after ? strchr(after, ':') : NULL;
+    if (colon && seconds_since_first_init() >= strtod(after, NULL))
+        used = strtod(colon + 1, NULL);
     memory->total = (unsigned long long)total << 20;
     memory->used = (unsigned long long)used << 20;
     memory->free = memory->total - memory->used;
@@ -662,6 +695,16 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned 
     return NVML_SUCCESS;
 }
 
+/* A driver before r570 does not know field 230 at all. */
+static const char *recovery_action_default(void)
+{
+    const char *driver = lookup("driver_version");
+
+    if (!driver || !isdigit((unsigned char)*driver))
+        driver = FAKE_NVML_DRIVER_VERSION;
+    return atoi(driver) < RECOVERY_ACTION_MIN_BRANCH ? "NOT_SUPPORTED" : "0";
+}
+
 /* Like the real call, errors of single fields go into their nvmlReturn, not the return value. */
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t dev, int count, nvmlFieldValue_t *fields)
 {
@@ -669,6 +712,9 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t dev, int count, nvmlFieldValu
     for (int i = 0; i < count; i++) {
         nvmlFieldValue_t *field = &fields[i];
         const char *value = gpu_value(dev->index, "recovery_action");
+
+        if (!value)
+            value = recovery_action_default();
 
         field->timestamp = (long long)time(NULL) * 1000000;
         field->latencyUsec = 0;

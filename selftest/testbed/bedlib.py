@@ -49,6 +49,9 @@ DEVICES = {
     "tty": "5 0",
 }
 NODE_MIRROR_DIR = "/srv/gpuhealth-mirror"  # the repo bind-mounted read-only: file: use
+# The node's /proc/modules: a copy of the host's taken at node start, bind-mounted over it, so
+# stand-in driver packages can "load" their kernel modules on the node (standins.py).
+NODE_MODULES = "/run/testbed-kernel/modules"
 # Programs whose command line naming the run dir marks them as ours (nodes, mirror, ssh masters).
 OWN_PROGRAMS = ("ssh", "sshd", "unshare", "ip", "sh", "chroot", "setsid")
 HOST_TOOLS = {
@@ -58,6 +61,8 @@ HOST_TOOLS = {
     "ssh-keygen": "openssh-client",
     "ip": "iproute2",
 }
+# What sshd logs at LogLevel VERBOSE for every command it runs (session.c, do_exec).
+SESSION = "Starting session: command for "
 DEBIAN_SUITES = {"bullseye", "bookworm", "trixie", "forky", "sid", "stable", "testing", "unstable"}
 
 
@@ -87,11 +92,45 @@ class Bed:
     mirror_dir: Path
     rootfs: Path
     key: Path
+    # Extra inventory vars per node (gpu_profile, gpu_count ...), kept in inventory.yml.
+    host_vars: dict[str, dict[str, object]] = field(default_factory=dict)
 
-    def ssh(self, node: str, command: str, check: bool = True) -> subprocess.CompletedProcess:
+    def ssh(
+        self, node: str, command: str, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess:
         """Run a shell command on a node through the bed's ssh_config (multiplexed)."""
         argv = ["ssh", "-F", str(self.ssh_config), node, command]
-        return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=120)
+        return subprocess.run(
+            argv, input=input, capture_output=True, text=True, check=check, timeout=120
+        )
+
+    def node(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
+
+    def set_host_vars(self, host_vars: dict[str, dict[str, object]]) -> None:
+        """Merge inventory vars into nodes' entries and rewrite inventory.yml."""
+        for name, values in host_vars.items():
+            self.node(name)  # only nodes of this bed
+            self.host_vars.setdefault(name, {}).update(values)
+        _write_inventory(self)
+        self.save()
+
+    def sessions(self, name: str) -> int:
+        """How many commands the node's sshd has run so far (its VERBOSE "Starting session:
+        command" log lines): an exec counter outside anything the tests ship to the node."""
+        log = Path(self.node(name).upper).parent / "node.log"
+        return sum(1 for line in log.read_text(errors="replace").splitlines() if SESSION in line)
+
+    def stop_node(self, name: str) -> None:
+        """Kill a node (its whole PID namespace): its address stays, nothing listens on it."""
+        node = self.node(name)
+        for pid in node.pids:
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "unshare":
+                    os.kill(pid, signal.SIGKILL)  # --kill-child takes sshd and its sessions
+        if not _wait(lambda: not _port_open(node.address, 22), timeout=10):
+            raise BedError(f"{name} still answers on port 22 after being stopped")
+        _reap_adopted()
 
     def ansible_env(self) -> dict[str, str]:
         """Environment for ansible/ansible-playbook that keeps all state inside the run dir."""
@@ -109,8 +148,9 @@ class Bed:
         mirror.build_repo(self.mirror_dir, debs)
 
     def save(self) -> None:
-        data = {k: str(v) for k, v in asdict(self).items() if k != "nodes"}
+        data = {k: str(v) for k, v in asdict(self).items() if k not in ("nodes", "host_vars")}
         data["nodes"] = [asdict(n) for n in self.nodes]
+        data["host_vars"] = self.host_vars
         (self.run_dir / "state.json").write_text(json.dumps(data, indent=2) + "\n")
 
     @classmethod
@@ -119,8 +159,9 @@ class Bed:
         try:
             data = json.loads((run_dir / "state.json").read_text())
             nodes = [Node(**n) for n in data.pop("nodes")]
+            host_vars = data.pop("host_vars", {})
             paths = {k: Path(v) for k, v in data.items() if k != "mirror_url"}
-            return cls(nodes=nodes, mirror_url=data["mirror_url"], **paths)
+            return cls(nodes=nodes, mirror_url=data["mirror_url"], host_vars=host_vars, **paths)
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -147,6 +188,18 @@ def _flock(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+@contextlib.contextmanager
+def exclusive(run_dir: Path = RUN_DIR) -> Iterator[None]:
+    """Hold the machine's one bed for a whole session (a test module, `bed demo`).
+
+    `up` starts by tearing down whatever bed exists, so a second session (another pytest run,
+    an xdist worker on another file) must wait here rather than pull the nodes from under the
+    first one.
+    """
+    with _flock(run_dir.with_name(run_dir.name + ".session.lock")):
         yield
 
 
@@ -466,6 +519,10 @@ def _node_script(node: Node, rootfs: Path, mirror_dir: Path) -> str:
         ),
         f"mkdir -p {m}{NODE_MIRROR_DIR} && mount --bind -o ro {shlex.quote(str(mirror_dir))} "
         f"{m}{NODE_MIRROR_DIR}",
+        # (a kernel without loadable module support has no /proc/modules to stand in for)
+        f"if [ -e /proc/modules ]; then mkdir -p {m}{Path(NODE_MODULES).parent} && "
+        f"cat /proc/modules > {m}{NODE_MODULES} && "
+        f"mount --bind {m}{NODE_MODULES} {m}/proc/modules; fi",
         f"hostname {node.name}",
         # pivot_root rather than a bare chroot: the node then sees only its own mounts.
         f"cd {m} && mkdir -p .oldroot && pivot_root . .oldroot && cd /",
@@ -487,7 +544,8 @@ def _prepare_upper(node: Node, nodes: list[Node], pubkey: str) -> list[str]:
     _write(
         upper / "etc/ssh/sshd_config.d/testbed.conf",
         "HostKey /etc/ssh/ssh_host_ed25519_key\nPermitRootLogin prohibit-password\n"
-        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nUseDNS no\n",
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nUseDNS no\n"
+        "LogLevel VERBOSE\n",  # logs every command it runs: Bed.sessions() counts them
     )
     _write(upper / "root/.ssh/authorized_keys", pubkey, 0o600)
     _write(
@@ -675,7 +733,8 @@ def _write_inventory(bed: Bed) -> None:
     lines = ["all:", "  children:", "    gpu_nodes:", "      hosts:"]
     for node in bed.nodes:
         lines += [f"        {node.name}:", f"          ansible_host: {q(node.address)}"]
-        lines += [f"          {k}: {q(v)}" for k, v in hostvars.items()]
+        extra = bed.host_vars.get(node.name, {})
+        lines += [f"          {k}: {q(v)}" for k, v in {**extra, **hostvars}.items()]
     lines += ["      vars:", f"        testbed_mirror_url: {q(bed.mirror_url)}"]
     bed.inventory.write_text("\n".join(lines) + "\n")
 

@@ -1,4 +1,4 @@
-"""Command line of the test bed: ``bed up [--nodes N] | down | status | ssh NODE [CMD]``."""
+"""Command line of the test bed: ``bed up [--nodes N] | down | status | ssh NODE [CMD] | demo``."""
 
 from __future__ import annotations
 
@@ -6,8 +6,12 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
 from . import bedlib
+
+REPO = Path(__file__).resolve().parent.parent.parent
+VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,8 +26,15 @@ def main(argv: list[str] | None = None) -> int:
     p_ssh.add_argument("command", nargs=argparse.REMAINDER)
     p_pub = sub.add_parser("publish", help="add .deb files to the running bed's mirror")
     p_pub.add_argument("debs", nargs="+")
+    p_demo = sub.add_parser(
+        "demo", help="a fleet of fake GPU nodes: run the health suite on it, render the report"
+    )
+    p_demo.add_argument("--reports", type=Path, default=REPO / "reports" / "demo")
+    p_demo.add_argument("--keep", action="store_true", help="leave the bed up afterwards")
     args = parser.parse_args(argv)
 
+    if args.cmd == "demo":
+        return demo(args.reports.resolve(), args.keep)
     try:
         if args.cmd == "up":
             start = time.monotonic()
@@ -51,6 +62,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bed: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def demo(reports: Path, keep: bool) -> int:
+    """Run the demo in the project's venv (it runs pytest and imports gpuhealth)."""
+    if Path(sys.prefix).resolve() != VENV_PYTHON.parent.parent.resolve():
+        if not VENV_PYTHON.exists():
+            print("bed demo needs the venv: run `make venv` first", file=sys.stderr)
+            return 2
+        script = Path(__file__).with_name("bed")
+        argv = [str(VENV_PYTHON), str(script), "demo", "--reports", str(reports)]
+        os.execv(argv[0], argv + (["--keep"] if keep else []))
+    from . import demo as demo_module  # needs the venv
+
+    try:
+        return demo_module.run(reports, keep)
+    except bedlib.BedError as exc:
+        print(f"bed: {exc}", file=sys.stderr)
+        return 2
 
 
 def status(bed: bedlib.Bed) -> int:

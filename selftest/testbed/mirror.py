@@ -34,16 +34,21 @@ def build_deb(
     scripts: Mapping[str, str] | None = None,
     arch: str = "all",
     provides: Iterable[str] = (),
+    symlinks: Mapping[str, str] | None = None,
+    control: Mapping[str, str] | None = None,
 ) -> Path:
     """Build NAME_VERSION_ARCH.deb in out_dir with a real control file; return its path.
 
     ``files`` maps absolute install paths to contents (bytes, or a Path to copy);
-    ``scripts`` maps maintainer script names (postinst, prerm ...) to their text.
+    ``symlinks`` maps absolute install paths to link targets (libfoo.so.1 -> libfoo.so.1.2);
+    ``scripts`` maps maintainer script names (postinst, prerm ...) to their text;
+    ``control`` adds control fields (Conflicts, Replaces, Homepage ...).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"deb-{name}-") as tmp:
         root = Path(tmp)
+        root.chmod(0o755)  # the "./" entry: dpkg must not see a 0700 tempdir as the root
         size = 0
         for inst_path, content in files.items():
             data = content.read_bytes() if isinstance(content, Path) else content
@@ -52,7 +57,11 @@ def build_deb(
             target.write_bytes(data)
             target.chmod(0o755 if _is_executable(inst_path, data) else 0o644)
             size += len(data)
-        control = {
+        for inst_path, link_target in (symlinks or {}).items():
+            link = root / inst_path.lstrip("/")
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(link_target)
+        fields = {
             "Package": name,
             "Version": version,
             "Architecture": arch,
@@ -63,15 +72,17 @@ def build_deb(
             "Section": "misc",
             "Priority": "optional",
             "Description": description,
+            **(control or {}),
         }
         debian = root / "DEBIAN"
         debian.mkdir()
-        text = "".join(f"{k}: {v}\n" for k, v in control.items() if v)
+        text = "".join(f"{k}: {v}\n" for k, v in fields.items() if v)
         (debian / "control").write_text(text)
         for script, body in (scripts or {}).items():
             (debian / script).write_text(body)
             (debian / script).chmod(0o755)
-        deb = out_dir / f"{name}_{version}_{arch}.deb"
+        # As dpkg names files: without the epoch ("1:4.2.3-1" -> "4.2.3-1").
+        deb = out_dir / f"{name}_{version.split(':', 1)[-1]}_{arch}.deb"
         subprocess.run(
             ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)],
             check=True,

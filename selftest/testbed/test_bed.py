@@ -39,20 +39,21 @@ def bed():
     start = time.monotonic()
     bedlib.ensure_rootfs()
     TIMINGS["rootfs (cached or built now)"] = time.monotonic() - start
-    try:
-        start = time.monotonic()
-        the_bed = bedlib.up(len(NODES))
-        TIMINGS["up, 3 nodes"] = time.monotonic() - start
-        yield the_bed
-    finally:
-        start = time.monotonic()
-        bedlib.down()
-        TIMINGS["down (final, idempotent)"] = time.monotonic() - start
-        cold = bedlib.rootfs_build_seconds()
-        print("\n-- test bed timings --")
-        print(f"  {'rootfs cold build (recorded when built)':42} {cold or float('nan'):7.2f}s")
-        for what, secs in TIMINGS.items():
-            print(f"  {what:42} {secs:7.2f}s")
+    with bedlib.exclusive():
+        try:
+            start = time.monotonic()
+            the_bed = bedlib.up(len(NODES))
+            TIMINGS["up, 3 nodes"] = time.monotonic() - start
+            yield the_bed
+        finally:
+            start = time.monotonic()
+            bedlib.down()
+            TIMINGS["down (final, idempotent)"] = time.monotonic() - start
+            cold = bedlib.rootfs_build_seconds()
+            print("\n-- test bed timings --")
+            print(f"  {'rootfs cold build (recorded when built)':42} {cold or float('nan'):7.2f}s")
+            for what, secs in TIMINGS.items():
+                print(f"  {what:42} {secs:7.2f}s")
 
 
 def ansible(bed, tmp_path: Path, *args: str) -> dict[str, dict]:
