@@ -11,13 +11,13 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from gpuhealth import checks
 from gpuhealth.plugin import host_of
+from selftest.facts import healthy_h100, write_facts
 from selftest.suite import run_suite
-from selftest.test_checks import healthy_h100
 
 INVENTORY = """\
 all:
@@ -32,13 +32,6 @@ all:
 """
 
 
-def write_facts(folder: Path, **docs: dict[str, Any]) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, doc in docs.items():
-        (folder / f"{name}.json").write_text(json.dumps(doc))
-    return folder
-
-
 def fleet(tmp_path: Path) -> tuple[Path, Path]:
     """Three H100 nodes: n1 healthy, n2 with ECC errors on gpu3, n3 with gpu7 gone."""
     n2 = healthy_h100()
@@ -51,6 +44,15 @@ def fleet(tmp_path: Path) -> tuple[Path, Path]:
     return facts, inventory
 
 
+GPU_MODULES = {"gpuhealth.checks.gpu", "gpuhealth.checks.kernel", "gpuhealth.checks.memory"}
+
+
+def check_module(test_id: str) -> str | None:
+    """The module of the check a test id judges (test_<check>[...]), if it is one."""
+    chk = checks.REGISTRY.get(test_id.split("[")[0].removeprefix("test_"))
+    return chk.fn.__module__ if chk else None
+
+
 def failed(run) -> set[str]:
     return {name for name, status in run.outcomes().items() if status == "failed"}
 
@@ -59,24 +61,19 @@ def test_offline_fleet_fails_exactly_the_faulty_tests(tmp_path):
     facts, inventory = fleet(tmp_path)
     run = run_suite(tmp_path / "r", "--facts", str(facts), "--inventory", str(inventory))
     assert run.rc == 1, run.output
-    gpu7 = {
-        f"test_{c}[n3-gpu7]"
-        for c in (
-            "recovery_action",
-            "ecc_errors",
-            "retired_pages",
-            "row_remapping",
-            "temperature",
-            "throttle",
-            "power",
-            "pcie_link",
-            "nvlink",
-            "idle_processes",
-        )
-    }
-    assert failed(run) == {"test_ecc_errors[n2-gpu3]", "test_gpu_count[n3]"} | gpu7
+    quick_gpu_checks = [n for n in checks.names("gpu") if checks.REGISTRY[n].level == "quick"]
+    gpu7 = {f"test_{name}[n3-gpu7]" for name in quick_gpu_checks}
+    # A missing GPU also leaves the node's GPUs unevenly spread over its NUMA nodes.
+    assert (
+        failed(run)
+        == {"test_ecc_errors[n2-gpu3]", "test_gpu_count[n3]", "test_numa_topology[n3]"} | gpu7
+    )
     outcomes = run.outcomes()
-    assert len(outcomes) == 3 * 4 + 3 * 8 * 10
+    fleet_tests = 1  # test_nccl_multinode[fleet]
+    assert (
+        len(outcomes)
+        == 3 * len(checks.names("node")) + 3 * 8 * len(checks.names("gpu")) + fleet_tests
+    )
     assert outcomes["test_recovery_action[n1-gpu0]"] == "passed"
     assert outcomes["test_retired_pages[n1-gpu0]"] == "skipped"
     verdicts = run.verdicts["nodes"]
@@ -126,8 +123,15 @@ def test_gpu_less_machine_skips_with_the_reason_and_passes(tmp_path):
     run = run_suite(tmp_path / "r")
     assert run.rc == 0, run.output
     me = socket.gethostname()
-    messages = run.messages()
-    assert messages and all(f"no NVIDIA GPU/driver on {me}" in m for m in messages.values())
+    gpu_tests = {
+        test: message
+        for test, message in run.messages().items()
+        if check_module(test) in GPU_MODULES
+    }
+    expected = sum(check_module(f"test_{n}") in GPU_MODULES for n in checks.names("node"))
+    expected += 8 * sum(check_module(f"test_{n}") in GPU_MODULES for n in checks.names("gpu"))
+    assert len(gpu_tests) == expected
+    assert all(f"no NVIDIA GPU/driver on {me}" in m for m in gpu_tests.values()), gpu_tests
     node = run.verdicts["nodes"][me]
     assert node["verdict"] == "PASS"
     assert node["reasons"] == [f"no NVIDIA GPU/driver on {me}; none expected, GPU checks skipped"]

@@ -112,7 +112,9 @@ static struct fake_device devices[MAX_GPUS];
 static char *keys[MAX_ENTRIES], *values[MAX_ENTRIES];
 static int n_entries, init_count;
 static struct timespec first_init; /* scenario times count from the first nvmlInit */
-static const unsigned int hgx_buses[8] = {0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb};
+/* The bus ids of the real 8x H100 nvidia-smi sample (selftest/data/nvidia-smi), so fake GPUs
+   join with the sample-based fixture trees of selftest/data/system. */
+static const unsigned int hgx_buses[8] = {0x19, 0x3b, 0x4c, 0x5d, 0x9b, 0xbb, 0xcb, 0xdb};
 
 #define TRY(expr) do { nvmlReturn_t rc_ = (expr); if (rc_) return rc_; } while (0)
 /* Every entry point: NVML initialised, then the scenario's fn.<symbol> override. */

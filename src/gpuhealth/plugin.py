@@ -49,6 +49,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--nvml-call-timeout", metavar="S", type=float, default=5.0, help="per NVML call timeout"
     )
     group.addoption(
+        "--probe-root",
+        metavar="PATH",
+        default="/",
+        help="read the nodes' /proc, /sys and /var/log under PATH (the suite in a container "
+        "with the host's filesystem mounted there, e.g. /host)",
+    )
+    group.addoption(
         "--verdicts", metavar="PATH", help="per-node verdict JSON (default reports/verdicts.json)"
     )
     group.addoption(
@@ -174,6 +181,7 @@ def _facts_for(config: pytest.Config, item: pytest.Item, name: str) -> dict[str,
                     target.host,
                     {
                         "nvml_call_timeout_s": config.option.nvml_call_timeout,
+                        "root": config.option.probe_root,
                         "expect": expect.limits,
                     },
                     python=target.python,

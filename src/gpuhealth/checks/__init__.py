@@ -76,23 +76,31 @@ class Check:
     summary: str
     fn: Callable[..., Result]
     section: str = "gpus"
+    level: str = "quick"
 
 
 REGISTRY: dict[str, Check] = {}
 
 
 def check(
-    name: str, scope: str, family: str, severity: str = "critical", section: str = "gpus"
+    name: str,
+    scope: str,
+    family: str,
+    severity: str = "critical",
+    section: str = "gpus",
+    level: str = "quick",
 ) -> Callable:
     """Register a check function under a stable name used by tests, reports and triage.
 
     `section` is the top-level key of the facts document the check reads: when it is missing,
     saved evidence did not capture it (not evaluated) or the live probe failed to (a failure).
+    `level` above "quick" marks a load test: its section comes from a run at that level, not
+    from the probe, so without it the check was simply not run.
     """
 
     def wrap(fn: Callable[..., Result]) -> Callable[..., Result]:
         summary = (fn.__doc__ or name).strip().splitlines()[0]
-        REGISTRY[name] = Check(name, scope, family, severity, summary, fn, section)
+        REGISTRY[name] = Check(name, scope, family, severity, summary, fn, section, level)
         return fn
 
     return wrap
@@ -159,9 +167,12 @@ def _missing_gpu(node: NodeView, index: int) -> Result:
     )
 
 
-def _missing_section(node: NodeView, section: str) -> Result:
+def _missing_section(node: NodeView, chk: Check) -> Result:
+    section = chk.section
     if node.from_evidence:
         return Result(SKIP, f"not evaluated: the evidence holds no {section} data")
+    if chk.level != "quick":
+        return Result(SKIP, f"not run: {chk.name} is a load test (--level {chk.level})")
     errors = [
         e.get("error", "") for e in node.facts.get("errors") or [] if e.get("probe") == section
     ]
@@ -178,7 +189,7 @@ def evaluate(name: str, node: NodeView, index: int | None = None) -> Result:
     chk = REGISTRY[name]
     if node.facts.get(chk.section) is None:
         label = node.host if index is None else _gpu_label(node.host, index, None)
-        result = _missing_section(node, chk.section)
+        result = _missing_section(node, chk)
     elif chk.scope == "gpu":
         assert index is not None
         gpu = node.gpu(index)

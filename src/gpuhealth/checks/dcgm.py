@@ -80,7 +80,7 @@ def _level(node: NodeView, diag: dict[str, Any]) -> str:
     return f"{run} (DCGM {diag['layout']}{version})"
 
 
-@check("dcgm_diag", "node", "dcgm", section="dcgm")
+@check("dcgm_diag", "node", "dcgm", section="dcgm", level="standard")
 def dcgm_diag(node: NodeView) -> Result:
     """The DCGM diagnostic ran and its node-wide tests (deployment, non-GPU entities) passed.
 
@@ -123,7 +123,7 @@ def dcgm_diag(node: NodeView) -> Result:
     )
 
 
-@check("dcgm_diag_gpu", "gpu", "dcgm", section="dcgm")
+@check("dcgm_diag_gpu", "gpu", "dcgm", section="dcgm", level="standard")
 def dcgm_diag_gpu(node: NodeView, gpu: dict[str, Any]) -> Result:
     """Every DCGM diagnostic test that ran on this GPU passed (Warn warns, Skip skips)."""
     section = node.facts["dcgm"]

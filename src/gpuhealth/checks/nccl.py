@@ -152,14 +152,14 @@ def nodes_of(section: dict[str, Any]) -> int | None:
     return None
 
 
-@check("nccl_bandwidth", "node", "nccl", section="nccl")
+@check("nccl_bandwidth", "node", "nccl", section="nccl", level="standard")
 def nccl_bandwidth(node: NodeView) -> Result:
     """all_reduce bus bandwidth at the reference size reaches the profile's threshold."""
     section = node.facts["nccl"]
     return _judge_bandwidth(_run(node), nodes_of(section), node.limits, node.from_evidence)
 
 
-@check("nccl_data_integrity", "node", "nccl", section="nccl")
+@check("nccl_data_integrity", "node", "nccl", section="nccl", level="standard")
 def nccl_data_integrity(node: NodeView) -> Result:
     """No wrong elements (#wrong) and no out-of-bounds values where nccl-tests validated."""
     run = _run(node)

@@ -1,0 +1,152 @@
+"""A healthy 8x H100 node's facts document, assembled from real samples and real collectors.
+
+Every check family's tests start from it and break one thing, so each test shows exactly which
+fact makes which check fail. The GPU part is the real `nvidia-smi -q` sample (HW slowdown
+cleared, r570 recovery action NONE); the other sections come from the probe's own sub-probes run
+on a constructed 2-socket HGX H100 tree whose GPU bus ids are the sample's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from gpuhealth import checks
+from gpuhealth.config import Expectations, ProfileSet, resolve_limits
+from gpuhealth.evidence import facts_from_file
+from gpuhealth.parsers import kernel_log as kernel_log_parser
+from gpuhealth.parsers import numactl
+from gpuhealth.probe import dcgm, fabric, gpud, host, storage
+
+DATA = Path(__file__).parent / "data"
+H100_TEXT = DATA / "nvidia-smi" / "gpud_h100x8_535.161.08_query.txt"
+TREE = DATA / "system" / "hgx-h100-2socket"
+NUMACTL_2NODE = DATA / "system" / "numactl" / "hgx-h100-2node.txt"
+PROFILES = ProfileSet()
+
+
+def sample(name: str, live: bool = True) -> dict[str, Any]:
+    """Facts from a real nvidia-smi sample; `live` makes it look like a probe result."""
+    facts = facts_from_file(DATA / "nvidia-smi" / name)[1]
+    if live:
+        facts["source"] = "nvml"
+        facts["driver"]["loaded"] = True
+    return facts
+
+
+def healthy_system(root: Path = TREE, **expect: Any) -> dict[str, Any]:
+    """The tree's `system` section as a healthy node's probe gives it, independent of this
+    machine's tools and limits: numactl answering with the 2-node sample, every service
+    active, memlock unlimited, 224 usable CPUs and a roomy /."""
+    system = host.collect({"root": str(root), "expect": expect}, [])
+    system["numactl"] = {
+        "available": True,
+        "rc": 0,
+        "error": None,
+        "hardware": numactl.parse_hardware(NUMACTL_2NODE.read_text()),
+    }
+    system["services"] = dict.fromkeys(host.UNITS, "active")
+    system["unavailable"].pop("services", None)
+    system["memlock_kb"] = {"soft": "unlimited", "hard": "unlimited"}
+    system["cpus_usable"] = 224
+    system["disks"][0].update(total_bytes=1_880_000_000_000, free_bytes=1_700_000_000_000)
+    return system
+
+
+def _quiet_log(section: str) -> dict[str, Any]:
+    """A kernel-log style section with no events, as collected just now over 24 h."""
+    empty = kernel_log_parser.kernel_log_evidence("\n")["kernel_log"]
+    now = kernel_log_parser.stamp(time.time())
+    quiet = {**empty, "source": "journalctl -k -o short-iso", "anchored_at": "collection"}
+    quiet.update(window_h=24, until=now)
+    if section == "fabric_manager":
+        quiet.update(source="fabric manager log", log="/var/log/fabricmanager.log", present=True)
+    return quiet
+
+
+def _reclaim_nothing(gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "threshold_mib": 512,
+        "wait_s": 50,
+        "poll_s": 2,
+        "waited_s": 0,
+        "polls": 0,
+        "skipped": None,
+        "error": None,
+        "gpus": [
+            {
+                "index": g["index"],
+                "used_mib": g["memory_used_mib"],
+                "initial_used_mib": g["memory_used_mib"],
+                "total_mib": g["memory_total_mib"],
+                "processes": [],
+            }
+            for g in gpus
+        ],
+    }
+
+
+def healthy_h100() -> dict[str, Any]:
+    """Facts of a healthy 8x H100 SXM node as the live probe returns them."""
+    facts = sample(H100_TEXT.name)
+    facts["driver"]["version"] = "570.86.15"
+    facts["pci"] = {"nvidia_gpus": [g["pci_bus_id"] for g in facts["gpus"]]}
+    for gpu in facts["gpus"]:
+        gpu["clock_event_reasons"] = {"active": [], "mask": 0}
+        gpu["recovery_action"] = 0
+        gpu["nvlink"] = [{"link": n, "up": True} for n in range(18)]
+        gpu["unavailable"] = {"retired_pages": gpu["unavailable"]["retired_pages"]}
+    expect = {"fabric": "none"}
+    facts["system"] = healthy_system()
+    facts["fabric"] = fabric.collect({"root": str(TREE), "expect": expect}, [])
+    facts["storage"] = storage.collect({"root": str(TREE), "expect": expect}, [])
+    facts["kernel_log"] = _quiet_log("kernel_log")
+    facts["fabric_manager"] = _quiet_log("fabric_manager")
+    facts["memory_reclaim"] = _reclaim_nothing(facts["gpus"])
+    # DCGM and GPUd are not installed on this node: their probes record that and read nothing.
+    facts["dcgm_health"] = dcgm.collect({"expect": expect}, [])
+    facts["gpud"] = gpud.collect_states({"expect": expect}, [])
+    facts["gpud_events"] = gpud.collect_events({"expect": expect}, [])
+    return facts
+
+
+def view(
+    facts: dict[str, Any], profile: str | None = "h100-sxm", **overrides: Any
+) -> checks.NodeView:
+    """A node view of `facts` named node17, judged by `profile` plus inventory-style overrides."""
+    gpu_count = overrides.pop("gpu_count", None)
+    limits = resolve_limits(Expectations(profile, gpu_count, overrides), PROFILES, None)
+    return checks.NodeView("node17", facts, limits)
+
+
+def write_facts(folder: Path, **docs: dict[str, Any]) -> Path:
+    """Save facts documents as <host>.json for `pytest --facts folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, doc in docs.items():
+        (folder / f"{name}.json").write_text(json.dumps(doc))
+    return folder
+
+
+# Checks that rightly skip on the healthy baseline, and why: it is an H100 (row remapping, not
+# page retirement) with no fabric, no storage paths, no DCGM/GPUd, judged without load tests.
+BASELINE_SKIPS = {
+    "retired_pages": "not supported",
+    "memlock_limit": "no minimum (fabric none",
+    "storage_paths": "no storage_paths configured",
+    "distributed_mounts": "no network filesystem mounted",
+    "dcgm_health": "DCGM not expected",
+    "gpud_health": "GPUd not expected",
+    "gpud_events": "GPUd not expected",
+}
+
+
+def expected_baseline_skip(name: str) -> str | None:
+    """Why check `name` skips on the healthy baseline (a text its message holds), or None."""
+    chk = checks.REGISTRY[name]
+    if chk.family == "fabric":
+        return "not an"
+    if chk.level != "quick":
+        return "is a load test"
+    return BASELINE_SKIPS.get(name)
