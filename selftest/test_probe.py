@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import testinfra
 
+from gpuhealth.probe.schema import SCHEMA_VERSION
 from gpuhealth.transport import ProbeError, parse_output, probe_command, run_probe
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
@@ -50,7 +51,7 @@ def test_bundle_runs_without_gpuhealth_installed(bare_python):
     proc = shell(probe_command({"root": "/"}, python=bare_python))
     assert proc.returncode == 0, proc.stderr
     doc = parse_output(proc.stdout)
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == SCHEMA_VERSION
     assert doc["host"]["hostname"]
     assert doc["source"] == "none"
     assert any(e["probe"] == "nvml" for e in doc["errors"])
@@ -126,7 +127,7 @@ def test_bad_probe_output_is_a_clear_error(stdout, message):
 
 
 def test_login_banner_before_the_document_is_ignored():
-    assert parse_output('motd line\n{"schema_version": 1, "gpus": []}\n')["gpus"] == []
+    assert parse_output('motd line\n{"schema_version": 2, "gpus": []}\n')["gpus"] == []
 
 
 def test_unreachable_ssh_host_is_reported_as_unreachable():
@@ -159,4 +160,4 @@ def test_probe_killed_by_its_timeout_on_the_node(tmp_path):
 
 def test_local_probe_through_testinfra_returns_json():
     doc = run_probe(testinfra.get_host("local://"), {}, python=sys.executable, timeout_s=60)
-    assert json.loads(json.dumps(doc))["schema_version"] == 1
+    assert json.loads(json.dumps(doc))["schema_version"] == SCHEMA_VERSION

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-SCHEMA_VERSION = 1
+# 1: GPUs only; 2: + system, storage, fabric, kernel_log, fabric_manager, memory_reclaim,
+# dcgm_health, gpud, gpud_events sections (and nccl, dcgm from load tests).
+SCHEMA_VERSION = 2
 PROBE_VERSION = "0.1.0"
 
 UNAVAILABLE_KINDS = ("not_supported", "error", "timeout", "absent")
