@@ -329,3 +329,24 @@ def test_checks_do_not_modify_the_facts():
     for name in checks.names("gpu"):
         run(name, facts, 0)
     assert facts == before
+
+
+def test_idle_processes_judges_what_is_left_after_the_reclaim_wait():
+    facts = healthy_h100()
+    job = {"pid": 4242, "name": "python", "used_memory_mib": 20480}
+    facts["gpus"][6].update(processes=[job], memory_used_mib=20480)
+    # The job exited during the probe's reclaim wait: nothing is left to blame.
+    result = run("idle_processes", facts, 6)
+    assert result.status == "PASS" and "memory: see memory_reclaim" in result.message
+    facts["memory_reclaim"]["gpus"][6]["processes"] = [job]
+    assert (
+        "stray compute processes: pid 4242 (python, 20480 MiB)"
+        in run("idle_processes", facts, 6).message
+    )
+    # Without a reclaim wait (a saved log), the first look is judged, memory included.
+    del facts["memory_reclaim"]
+    facts["gpus"][6]["processes"] = []
+    result = run("idle_processes", facts, 6)
+    assert (
+        result.status == "FAIL" and "20480 MiB GPU memory in use on an idle GPU" in result.message
+    )

@@ -355,12 +355,20 @@ def nvlink(node: NodeView, gpu: dict[str, Any]) -> Result:
 
 @check("idle_processes", "gpu", "processes", "normal")
 def idle_processes(node: NodeView, gpu: dict[str, Any]) -> Result:
-    """No stray compute processes and little GPU memory in use on an idle node."""
+    """No stray compute processes and little GPU memory in use on an idle node.
+
+    Where the probe waited for memory to be reclaimed, the processes still there after the
+    wait are judged, and the memory itself is memory_reclaim's verdict (one fault, one failure).
+    """
     if not node.limits["expect_idle"]:
         return Result(SKIP, "node is not expected to be idle (expect_idle: false)")
-    procs = need(gpu, "processes", "compute process list")
-    used = need(gpu, "memory_used_mib", "GPU memory in use")
-    tolerance = node.limits["max_idle_memory_used_mib"]
+    reclaim = node.facts.get("memory_reclaim") or {}
+    polled = [] if reclaim.get("skipped") else reclaim.get("gpus") or []
+    waited = next(
+        (r for r in polled if r.get("index") == gpu["index"] and r.get("processes") is not None),
+        None,
+    )
+    procs = waited["processes"] if waited else need(gpu, "processes", "compute process list")
     kill = "find the owner (ps -p PID) and stop it before handing the node to a job"
     if procs:
         listed = ", ".join(
@@ -368,6 +376,10 @@ def idle_processes(node: NodeView, gpu: dict[str, Any]) -> Result:
             for p in procs
         )
         return Result(FAIL, f"stray compute processes: {listed}", kill)
+    if waited:
+        return Result(PASS, "idle: no compute process (memory: see memory_reclaim)")
+    used = need(gpu, "memory_used_mib", "GPU memory in use")
+    tolerance = node.limits["max_idle_memory_used_mib"]
     if used > tolerance:
         return Result(
             FAIL, f"{used} MiB GPU memory in use on an idle GPU (tolerance {tolerance} MiB)", kill

@@ -33,7 +33,9 @@ def _records(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "used_mib": gpu.get("memory_used_mib"),
             "initial_used_mib": gpu.get("memory_used_mib"),
             "total_mib": gpu.get("memory_total_mib"),
-            "processes": [],
+            # Only a poll after the wait knows who is left; until then, the first pass's list
+            # (None when it could not be read: unknown is not "none").
+            "processes": gpu.get("processes"),
             "unavailable": {},
         }
         why = (gpu.get("unavailable") or {}).get("memory_used_mib")
