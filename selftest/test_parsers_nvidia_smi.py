@@ -8,7 +8,7 @@ from pathlib import Path
 import defusedxml.ElementTree
 import pytest
 
-from gpuhealth.parsers import ParseError, nvidia_smi_text, nvidia_smi_xml
+from gpuhealth.parsers import ParseError, nvidia_smi_nvlink, nvidia_smi_text, nvidia_smi_xml
 from gpuhealth.parsers.nvidia_smi_common import (
     convert,
     recovery_action_value,
@@ -492,3 +492,16 @@ def test_every_sample_is_complete_and_clean(name):
         assert text != "N/A", f"{name}{path}"
         assert "deprecated" not in text.lower(), f"{name}{path}"
     json.dumps(doc)  # the fragment must be JSON as-is
+
+
+def test_nvlink_status_of_8x_a100():
+    links = nvidia_smi_nvlink.parse_status((DATA / "gpud_a100_nvlink_status.txt").read_text())
+    assert sorted(links) == list(range(8))
+    assert all(len(gpu) == 12 and all(link["up"] for link in gpu) for gpu in links.values())
+    assert links[0][11] == {"link": 11, "up": True, "speed_gbps": 25.0}
+    down = nvidia_smi_nvlink.parse_status(
+        "GPU 0: NVIDIA H100 (UUID: GPU-x)\n\t Link 0: <inactive>\n"
+    )
+    assert down == {0: [{"link": 0, "up": False, "speed_gbps": None}]}
+    with pytest.raises(ParseError, match="line 1"):
+        nvidia_smi_nvlink.parse_status("Link 0: 25 GB/s\n")

@@ -14,8 +14,11 @@ from pathlib import Path
 import pytest
 import testinfra
 
+from gpuhealth import checks
 from gpuhealth.probe.schema import SCHEMA_VERSION
 from gpuhealth.transport import ProbeError, parse_output, probe_command, run_probe
+from selftest.facts import view
+from selftest.fakenvml import load_scenario, nvml_env, write_scenario
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 
@@ -64,13 +67,18 @@ def test_command_is_one_argument_small_enough_for_any_shell():
 
 def test_falls_back_to_nvidia_smi_xml(tmp_path, bare_python):
     sample = DATA / "telegraf_rtx3060_570.124.04_v12.xml"
-    fake_tool(tmp_path / "bin", "nvidia-smi", f'[ "$*" = "-q -x" ] && exec cat {sample}\nexit 9\n')
+    body = (
+        f'[ "$*" = "-q -x" ] && exec cat {sample}\n[ "$*" = "nvlink --status" ] && exit 0\nexit 9\n'
+    )
+    fake_tool(tmp_path / "bin", "nvidia-smi", body)
     env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
     proc = shell(probe_command({}, python=bare_python), env)
     doc = parse_output(proc.stdout)
     assert doc["source"] == "nvidia-smi"
     assert doc["driver"]["version"] == "570.124.04"
     assert doc["gpus"][0]["recovery_action"] == 0
+    # An RTX 3060 has no NVLink: nvidia-smi nvlink lists no links for it.
+    assert doc["gpus"][0]["unavailable"]["nvlink"]["kind"] == "not_supported"
 
 
 def test_hung_nvidia_smi_is_killed_and_recorded(tmp_path, bare_python):
@@ -161,3 +169,24 @@ def test_probe_killed_by_its_timeout_on_the_node(tmp_path):
 def test_local_probe_through_testinfra_returns_json():
     doc = run_probe(testinfra.get_host("local://"), {}, python=sys.executable, timeout_s=60)
     assert json.loads(json.dumps(doc))["schema_version"] == SCHEMA_VERSION
+
+
+def test_nvidia_smi_fallback_reads_nvlink_state(tmp_path, bare_python, fake_nvml_lib):
+    """Without nvidia-ml-py the probe reads `-q -x` and `nvlink --status` from an nvidia-smi
+    that queries the (fake) NVML, so a down link still fails the NVLink check."""
+    scenario = load_scenario("healthy-h100x8")
+    scenario.setdefault("gpu", {}).setdefault(2, {})["nvlink"] = {5: 0}
+    conf = write_scenario(scenario, tmp_path / "scenario.conf")
+    stand_in = Path(__file__).parent / "fakenvml" / "nvidia_smi.py"
+    fake_tool(tmp_path / "bin", "nvidia-smi", f'exec {sys.executable} {stand_in} "$@"\n')
+    env = {
+        **nvml_env(fake_nvml_lib.parent, conf),
+        "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+    }
+    doc = parse_output(shell(probe_command({}, python=bare_python), env).stdout)
+    assert doc["source"] == "nvidia-smi"
+    links = doc["gpus"][2]["nvlink"]
+    assert len(links) == 18 and [link["link"] for link in links if not link["up"]] == [5]
+    assert all(link["up"] for link in doc["gpus"][3]["nvlink"])
+    result = checks.evaluate("nvlink", view(doc), 2)
+    assert result.status == "FAIL" and "17 of 18 NVLink links up (links down: 5)" in result.message

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Stand-in `nvidia-smi` for the test bed: `-q -x` and `-L` from the installed libnvidia-ml.so.1.
+"""Stand-in `nvidia-smi` for the test bed: `-q -x`, `-L` and `nvlink --status` from the installed
+libnvidia-ml.so.1.
 
 The real nvidia-smi is a client of NVML; so is this one (through ctypes), so on a test bed node
 it prints whatever the fake NVML serves and the scenario stays the single source of truth. The
@@ -447,8 +448,37 @@ def list_gpus(nv: Nvml) -> str:
     return "".join(lines)
 
 
+NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS before pynvml 13.610
+
+
+def nvlink_status(nv: Nvml) -> str:
+    """`nvidia-smi nvlink --status`: per GPU, each link's speed or <inactive>, as NVML says."""
+    lines = []
+    for index, handle in handles(nv)[1]:
+        name, uuid = nv.text("nvmlDeviceGetName", handle), nv.text("nvmlDeviceGetUUID", handle)
+        lines.append(f"GPU {index}: {name} (UUID: {uuid})")
+        for link in range(NVLINK_MAX_LINKS):
+            active = ctypes.c_uint()
+            try:
+                nv.call(
+                    "nvmlDeviceGetNvLinkState", handle, ctypes.c_uint(link), ctypes.byref(active)
+                )
+            except NvmlError:
+                break  # NotSupported / InvalidArgument: no (more) links
+            state = "26.562 GB/s" if active.value else "<inactive>"
+            lines.append(f"\t Link {link}: {state}")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
 def main(argv: list[str]) -> int:
     args = sorted(argv)
+    if argv == ["nvlink", "--status"]:
+        nv = load()
+        try:
+            sys.stdout.write(nvlink_status(nv))
+        finally:
+            nv.lib.nvmlShutdown()
+        return 0
     if args not in (["-q", "-x"], ["-L"]):
         print(
             f"nvidia-smi (gpuhealth test bed stand-in): only `-q -x` and `-L` are implemented, "

@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpuhealth.parsers import ParseError, nvidia_smi_xml
+from gpuhealth.parsers import ParseError, nvidia_smi_nvlink, nvidia_smi_xml
 from gpuhealth.probe import command, fabric, host, kernel_log, nvml, reclaim, storage, system
 from gpuhealth.probe import dcgm as dcgm_probe
 from gpuhealth.probe import gpud as gpud_probe
-from gpuhealth.probe.schema import PROBE_VERSION, SCHEMA_VERSION
+from gpuhealth.probe.schema import PROBE_VERSION, SCHEMA_VERSION, mark_unavailable
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "root": "/",
@@ -57,7 +57,30 @@ def _from_nvidia_smi(timeout_s: float, errors: list[dict[str, Any]]) -> dict[str
         errors.append({"probe": "nvidia-smi", "error": f"unparsable -q -x output: {exc}"})
         return None
     errors.extend(parsed.pop("errors", []))
+    _add_nvlink(parsed["gpus"], timeout_s, errors)
     return parsed
+
+
+def _add_nvlink(gpus: list[dict[str, Any]], timeout_s: float, errors: list[dict[str, Any]]) -> None:
+    """NVLink states from `nvidia-smi nvlink --status`, which `-q -x` leaves out."""
+    result = command.run(["nvidia-smi", "nvlink", "--status"], timeout_s)
+    links: dict[int, list[dict[str, Any]]] | None = None
+    failure = result.error or (f"exit {result.rc}" if result.rc != 0 else None)
+    if failure is None:
+        try:
+            links = nvidia_smi_nvlink.parse_status(result.stdout)
+        except ParseError as exc:
+            failure = str(exc)
+    if failure is not None:
+        errors.append({"probe": "nvidia-smi", "call": "nvlink --status", "error": failure})
+    for gpu in gpus:
+        gpu["unavailable"].pop("nvlink", None)
+        if links is None:
+            mark_unavailable(gpu, "nvlink", "error", f"nvidia-smi nvlink --status: {failure}")
+        elif links.get(gpu["index"]):
+            gpu["nvlink"] = links[gpu["index"]]
+        else:
+            mark_unavailable(gpu, "nvlink", "not_supported", "nvidia-smi nvlink lists no links")
 
 
 def collect(config: dict[str, Any] | None = None) -> dict[str, Any]:
