@@ -267,6 +267,10 @@ def _gpuhealth_labels(request: pytest.FixtureRequest) -> None:
     request.node.user_properties.append(("gpuhealth.host", name))
     allure.dynamic.label("host", name)
     allure.dynamic.parent_suite(name)
+    # Group by family even when the test skips before judging (load tests below their level).
+    chk = checks.REGISTRY.get(request.node.originalname.removeprefix("test_"))
+    if chk is not None:
+        allure.dynamic.suite(chk.family)
 
 
 @pytest.fixture(autouse=True)
@@ -335,6 +339,9 @@ class Reporter:
         if report.failed and "gpuhealth.status" not in props:
             message = props.get("gpuhealth.error") or _first_line(report)
             self.book.error(host, check, gpu, message)
+            return
+        if report.when == "setup" and report.skipped:  # e.g. a load test below its level
+            self.book.add(reporting.Finding(check, "SKIP", host, gpu, _first_line(report)))
             return
         if report.when == "call" and "gpuhealth.status" in props:
             self.book.add(
