@@ -54,21 +54,30 @@ def _interpreter(host_vars: dict[str, Any], local: bool) -> str:
     return sys.executable if local else "python3"
 
 
-def _profile_count(expectations: Expectations, profiles: ProfileSet) -> int | None:
-    if expectations.profile_name is None:
-        return None
-    return profiles.get(expectations.profile_name)["gpu_count"]
-
-
-def _expectations(
-    name: str, host_vars: dict[str, Any], profiles: ProfileSet, cli: dict[str, Any]
-) -> Expectations:
+def _target(
+    name: str,
+    host_vars: dict[str, Any],
+    profiles: ProfileSet,
+    cli: dict[str, Any],
+    **where: Any,
+) -> Target:
+    """A host with its validated expectations; `where` says how to reach it (or its facts)."""
     merged = dict(host_vars)
     if cli.get("profile") and "gpu_profile" not in merged:
         merged["gpu_profile"] = cli["profile"]
     if cli.get("expected_gpus") is not None:
         merged["gpu_count"] = cli["expected_gpus"]
-    return expectations_from_vars(name, merged, profiles)
+    expectations = expectations_from_vars(name, merged, profiles)
+    profile_count = None
+    if expectations.profile_name is not None:
+        profile_count = profiles.get(expectations.profile_name)["gpu_count"]
+    return Target(
+        name=name,
+        expectations=expectations,
+        profile_gpu_count=profile_count,
+        host_vars=host_vars,
+        **where,
+    )
 
 
 def ensure_ansible_on_path() -> None:
@@ -118,15 +127,9 @@ def live_targets(
             host_vars = runner.get_variables(name)
         else:
             host_vars = {}
-        expectations = _expectations(name, host_vars, profiles, cli)
         targets.append(
-            Target(
-                name=name,
-                expectations=expectations,
-                profile_gpu_count=_profile_count(expectations, profiles),
-                host=host,
-                python=_interpreter(host_vars, local),
-                host_vars=host_vars,
+            _target(
+                name, host_vars, profiles, cli, host=host, python=_interpreter(host_vars, local)
             )
         )
     names = [t.name for t in targets]
@@ -149,16 +152,7 @@ def offline_targets(folder: Path, profiles: ProfileSet, cli: dict[str, Any]) -> 
     for path in files:
         name = path.stem
         host_vars = runner.get_variables(name) if name in known else {}
-        expectations = _expectations(name, host_vars, profiles, cli)
-        targets.append(
-            Target(
-                name=name,
-                expectations=expectations,
-                profile_gpu_count=_profile_count(expectations, profiles),
-                facts_file=path,
-                host_vars=host_vars,
-            )
-        )
+        targets.append(_target(name, host_vars, profiles, cli, facts_file=path))
     return targets
 
 
