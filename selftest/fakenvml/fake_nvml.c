@@ -36,6 +36,8 @@
  * Any value may instead be NOT_SUPPORTED (the call returns NVML_ERROR_NOT_SUPPORTED),
  * ERROR:<code> (that nvmlReturn_t) or HANG (the call never returns). Without a readable
  * scenario file nvmlInit fails with NVML_ERROR_DRIVER_NOT_LOADED, as on a node with no driver.
+ * Other keys are ignored: on the test bed the same file carries dcgm.*, nccl.* and gpud.* for
+ * the replaying tools (selftest/testbed/README.md, "Scenario keys").
  */
 #include <ctype.h>
 #include <stdio.h>

@@ -31,7 +31,18 @@ from . import mirror
 
 VERSION = 1  # bump to force a rootfs rebuild
 SUITE = "bookworm"
-PACKAGES = ("openssh-server", "python3", "python3-apt", "iproute2", "procps", "ca-certificates")
+# build-essential: roles build nccl-tests from source on the nodes, as on real GPU nodes; the
+# mirror carries no Debian toolchain, so it is part of the image (the role's apt task for it
+# then finds it installed). ca-certificates brings the openssl CLI the GPUd stand-in uses.
+PACKAGES = (
+    "openssh-server",
+    "python3",
+    "python3-apt",
+    "iproute2",
+    "procps",
+    "ca-certificates",
+    "build-essential",
+)
 RECIPE = {"version": VERSION, "suite": SUITE, "variant": "minbase", "packages": sorted(PACKAGES)}
 
 RUN_DIR = Path(os.environ.get("GPUHEALTH_TESTBED_RUN", "/run/gpuhealth-testbed"))
@@ -146,6 +157,17 @@ class Bed:
     def publish(self, debs: Iterable[Path | str]) -> None:
         """Add packages to the running mirror (nodes see them after apt-get update)."""
         mirror.build_repo(self.mirror_dir, debs)
+
+    def publish_files(self, files: Iterable[Path | str]) -> list[str]:
+        """Put release tarballs on the mirror (files/, each with a .sha256); their URLs."""
+        names = mirror.add_files(self.mirror_dir, files)
+        return [f"{self.mirror_url}{mirror.FILES_DIR}/{name}" for name in names]
+
+    def disconnect(self, name: str) -> None:
+        """Close the multiplexed ssh connection to a node, so the next command gets a fresh
+        session from the node's sshd (e.g. after raising its resource limits)."""
+        argv = ["ssh", "-F", str(self.ssh_config), "-O", "exit", name]
+        subprocess.run(argv, capture_output=True, timeout=10)
 
     def save(self) -> None:
         data = {k: str(v) for k, v in asdict(self).items() if k not in ("nodes", "host_vars")}
@@ -318,10 +340,16 @@ def ensure_rootfs(cache_dir: Path = CACHE_DIR) -> Path:
         (tmp / "etc/resolv.conf").write_text("")
         tmp.rename(root)
         meta.write_text(json.dumps({**RECIPE, "build_seconds": time.monotonic() - start}) + "\n")
-        for old in cache_dir.glob("rootfs-*"):  # earlier recipes
-            if old.name not in (root.name, meta.name):
-                _remove_tree(old) if old.is_dir() else old.unlink()
     return root
+
+
+def _prune_rootfs(current: Path) -> None:
+    """Remove the rootfs of earlier recipes: only once no bed runs, as one may be its lower dir
+    (`up` calls this after tearing the old bed down)."""
+    with _flock(current.parent / ".lock"):
+        for old in current.parent.glob("rootfs-*"):
+            if old.name not in (current.name, f"{current.name}.json"):
+                _remove_tree(old) if old.is_dir() else old.unlink()
 
 
 def rootfs_build_seconds(cache_dir: Path = CACHE_DIR) -> float | None:
@@ -573,6 +601,7 @@ def up(n: int = 3, run_dir: Path = RUN_DIR, extra_debs: Iterable[Path | str] = (
     rootfs = ensure_rootfs()
     with _flock(run_dir.with_name(run_dir.name + ".lock")):
         _teardown(run_dir)
+        _prune_rootfs(rootfs)
         try:
             return _bring_up(n, run_dir, rootfs, extra_debs)
         except BaseException:

@@ -1,8 +1,9 @@
 """`bed demo`: the health suite against a GPU fleet made of fakes, for people without GPUs.
 
-Brings up the scenario fleet of fleet.py (n1 healthy, n2 ECC errors and a GPU reset pending,
-n3 an old driver and a missing GPU, n4 unreachable), runs the suite over SSH exactly as against
-real nodes, and renders the HTML report with `make report`. Needs the venv (pytest, gpuhealth).
+Brings up the scenario fleet of fleet.py (n1 healthy, n2 ECC errors, a GPU reset pending and a
+hung storage path, n3 an old driver, a missing GPU and no EFA where the inventory expects it,
+n4 unreachable), runs the suite over SSH exactly as against real nodes, and renders the HTML
+report with `make report`. Needs the venv (pytest, gpuhealth).
 """
 
 from __future__ import annotations

@@ -120,6 +120,24 @@ def build_repo(repo_dir: Path | str, debs: Iterable[Path | str] = ()) -> Path:
     return repo
 
 
+FILES_DIR = "files"  # release tarballs next to the apt repo, as <mirror>/files/NAME
+
+
+def add_files(repo_dir: Path | str, files: Iterable[Path | str]) -> list[str]:
+    """Copy files into <repo>/files/ with a NAME.sha256 each (`sha256sum` format, which
+    `sha256sum -c` and Ansible's get_url `checksum: sha256:<url>` read); their names."""
+    folder = Path(repo_dir) / FILES_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    names = []
+    for source in map(Path, files):
+        data = source.read_bytes()
+        (folder / source.name).write_bytes(data)
+        digest = hashlib.sha256(data).hexdigest()
+        (folder / f"{source.name}.sha256").write_text(f"{digest}  {source.name}\n")
+        names.append(source.name)
+    return names
+
+
 def download_debian_debs(names: Iterable[str], dest: Path | str) -> list[Path]:
     """Fetch real Debian .debs with the host's apt (cached: only missing names are fetched)."""
     dest = Path(dest)

@@ -1,7 +1,9 @@
-"""Stand-in .deb packages of a GPU node's software, under the names NVIDIA's repository uses.
+"""Stand-in packages and release tarballs of a GPU node's software, under their real names.
 
 The bed's mirror then looks like the part of NVIDIA's CUDA repository (Ubuntu flavour) that a
-GPU node installs from, so roles and the install helper name the packages a real node gets:
+GPU node installs from, plus the release downloads roles fetch, so roles and the install
+helper name what a real node gets. Every executable replays real recorded output (selftest/
+data) chosen by the node's scenario file, /etc/fake-nvml/scenario.conf (README.testbed):
 
 - ``nvidia-driver-<branch>-open`` (driver metapackage) -> ``libnvidia-compute-<branch>`` (the
   fake libnvidia-ml.so.1, compiled as that driver release), ``nvidia-utils-<branch>``
@@ -12,27 +14,42 @@ GPU node installs from, so roles and the install helper name the packages a real
   as Ubuntu's nvidia-graphics-drivers-<branch>;
 - ``python3-nvidia-ml-py``: the real nvidia-ml-py wheel from PyPI (the version this venv runs),
   unpacked for the node's python3;
-- ``nvidia-fabricmanager-570``, ``datacenter-gpu-manager-4-cuda12``, ``libnccl2``,
-  ``libnccl-dev``: name and version only, with a README saying so, until their stand-ins are
-  written. Nothing in them pretends to work.
+- ``datacenter-gpu-manager-4-cuda12``: ``dcgmi`` (selftest/standins/dcgmi) with the real DCGM
+  samples and two 8-GPU documents made from the real DCGM 4 fragment (healthy, and GPU 3
+  failing: the edit selftest/test_dcgm.py makes); no nv-hostengine, no unit (no systemd);
+- ``libnccl2`` / ``libnccl-dev``: a real shared library (libnccl.so.2, ncclGetVersion only)
+  and nccl.h, from payload/libnccl, which the nccl-tests stand-in compiles and links against;
+- ``nvidia-fabricmanager-570``: a README only (no NVSwitch, no systemd on the bed).
+
+Tarballs (mirror.add_files puts them in <mirror>/files/ with a .sha256 each):
+``gpud_<version>_linux_<arch>.tgz`` (GPUd's release layout: ``gpud_<version>_linux_<arch>/gpud``,
+the stand-in of selftest/standins/gpud.py as a zipapp holding the real GPUd responses) and
+``nccl-tests-<version>.tar.gz`` (payload/nccl-tests: a Makefile like NVIDIA's whose `make`
+compiles build/all_reduce_perf, replaying the real nccl-tests outputs of selftest/data).
 
 Debian's real numactl comes from mirror.DEBIAN_PACKAGES.
 """
 
 from __future__ import annotations
 
+import gzip
 import importlib.metadata
+import io
 import subprocess
 import sys
+import tarfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from selftest.fakenvml import LIBRARY_NAME, build_library
+from selftest.test_dcgm import dcgm4_failing_gpu3, dcgm4_text
 
 from . import bedlib, mirror
 
-NVIDIA_SMI = Path(__file__).resolve().parent.parent / "fakenvml" / "nvidia_smi.py"
+SELFTEST = Path(__file__).resolve().parent.parent
+NVIDIA_SMI = SELFTEST / "fakenvml" / "nvidia_smi.py"
+PAYLOAD = Path(__file__).resolve().parent / "payload"
 README = "/usr/share/doc/{name}/README.testbed"
 STANDIN_NOTE = (
     "gpuhealth test bed stand-in for {name} {version}.\n\n"
@@ -64,7 +81,25 @@ DRIVERS = {
 }
 FABRICMANAGER = ("nvidia-fabricmanager-570", "570.86.15-1")
 DCGM = ("datacenter-gpu-manager-4-cuda12", "1:4.2.3-1")
-NCCL_VERSION = "2.25.1-1+cuda12.8"
+NCCL_VERSION = "2.25.1-1+cuda12.8"  # payload/libnccl/nccl.h says the same (a selftest checks)
+GPUD_VERSION = "v0.5.1"
+NCCL_TESTS_VERSION = "2.14.1"
+
+# Where the packages put the stand-ins' own files: dcgmi finds its replays in ../data/dcgm.
+SHARE = "/usr/share/gpuhealth-testbed"
+# The 8-GPU `dcgmi diag -j` documents the DCGM package adds to the real samples: the real
+# DCGM 4 fragment (issue #215, 8 GPUs passing) inside the 4.x top level it was cut from, and
+# the same with GPU 3 failing, both as selftest/test_dcgm.py builds them.
+DCGM_H100X8 = "dcgm4_diag_issue215_8gpu.json"
+DCGM_H100X8_FAIL_GPU3 = "dcgm4_diag_issue215_8gpu_fail_gpu3.json"
+# Real nccl-tests outputs the nccl-tests stand-in replays (selftest/data/nccl-tests): the
+# healthy single-node 8x H100 NVLS run (its default), and a run peaking at 365.8 GB/s, below
+# the H100 single-node threshold: a slow node.
+NCCL_HEALTHY = "nccltests_issue290_1node_8xH100_nvls_all_reduce.txt"
+NCCL_SLOW = "nccltests_issue309_4node_32xH100_vm_all_reduce.txt"
+# The unhealthy GPUd response the GPUd stand-in can serve (selftest/data/gpud): the XID 74
+# element of GPUd's tutorial (by default it serves the healthy "plugin only" response).
+GPUD_XID74 = "gpud_docs_v1_states_xid74_unhealthy_element.json"
 
 
 # /proc/modules lines of a loaded open-kernel driver (sizes from an HGX H100 node).
@@ -93,23 +128,29 @@ fi
 """
 
 
+def _note(name: str, version: str, what: str) -> dict[str, bytes]:
+    text = STANDIN_NOTE.format(name=name, version=version, what=what)
+    return {README.format(name=name): text.encode()}
+
+
 def _host(*argv: str) -> str:
     return subprocess.run(argv, check=True, capture_output=True, text=True).stdout.strip()
 
 
+def host_arch() -> str:
+    """The Debian architecture of this machine, and so of the bed's nodes (amd64, arm64)."""
+    return _host("dpkg", "--print-architecture")
+
+
 def driver_debs(out_dir: Path, cache_dir: Path, driver: Driver) -> list[Path]:
     """The four packages of one driver release; installing the metapackage pulls the rest."""
-    arch, multiarch = _host("dpkg", "--print-architecture"), _host("gcc", "-print-multiarch")
+    arch, multiarch = host_arch(), _host("gcc", "-print-multiarch")
     lib = build_library(cache_dir / "fakenvml", driver.version, driver.cuda)
     version, branch = driver.deb_version, driver.branch
     compute, utils = f"libnvidia-compute-{branch}", f"nvidia-utils-{branch}"
     dkms = f"nvidia-dkms-{branch}-open"
     others = [b for b in DRIVERS if b != branch]
     real_name = f"/usr/lib/{multiarch}/libnvidia-ml.so.{driver.version}"
-
-    def note(name: str, what: str) -> dict[str, bytes]:
-        text = STANDIN_NOTE.format(name=name, version=version, what=what)
-        return {README.format(name=name): text.encode()}
 
     def switch(pattern: str) -> dict[str, str]:
         """One branch at a time, as Ubuntu's packages of different branches conflict."""
@@ -123,7 +164,7 @@ def driver_debs(out_dir: Path, cache_dir: Path, driver: Driver) -> list[Path]:
             version,
             {
                 real_name: lib,
-                **note(compute, f"{LIBRARY_NAME} is the fake NVML (selftest/fakenvml)."),
+                **_note(compute, version, f"{LIBRARY_NAME} is the fake NVML (selftest/fakenvml)."),
             },
             arch=arch,
             symlinks={f"/usr/lib/{multiarch}/{LIBRARY_NAME}": Path(real_name).name},
@@ -136,7 +177,7 @@ def driver_debs(out_dir: Path, cache_dir: Path, driver: Driver) -> list[Path]:
             version,
             {
                 "/usr/bin/nvidia-smi": NVIDIA_SMI,
-                **note(utils, "nvidia-smi implements -q -x and -L, read from NVML."),
+                **_note(utils, version, "nvidia-smi implements -q -x and -L, read from NVML."),
             },
             depends=[f"{compute} (>= {driver.version})", "python3"],
             arch=arch,
@@ -147,7 +188,7 @@ def driver_debs(out_dir: Path, cache_dir: Path, driver: Driver) -> list[Path]:
             out_dir,
             dkms,
             version,
-            note(dkms, "Its maintainer scripts list the modules on a test bed node."),
+            _note(dkms, version, "Its maintainer scripts list the modules on a test bed node."),
             arch=arch,
             scripts={"postinst": LOAD_MODULES, "postrm": UNLOAD_MODULES},
             description="NVIDIA DKMS package (open kernel module; gpuhealth test bed stand-in)",
@@ -157,7 +198,7 @@ def driver_debs(out_dir: Path, cache_dir: Path, driver: Driver) -> list[Path]:
             out_dir,
             driver.metapackage,
             version,
-            note(driver.metapackage, "It only depends on the packages above."),
+            _note(driver.metapackage, version, "It only depends on the packages above."),
             depends=[f"{compute} (= {version})", f"{utils} (= {version})", f"{dkms} (= {version})"],
             arch=arch,
             description="NVIDIA driver (open kernel) metapackage (gpuhealth test bed stand-in)",
@@ -196,32 +237,167 @@ def nvidia_ml_py_deb(out_dir: Path, cache_dir: Path) -> Path:
     )
 
 
-def placeholder_debs(out_dir: Path) -> list[Path]:
-    """Packages whose stand-ins come later: name, version, dependencies and a README only."""
-    later = "No program or library is in it yet; its stand-in comes with the tests that use it."
-    packages = [
-        (*FABRICMANAGER, [], "NVIDIA fabric manager (name only)"),
-        (*DCGM, [], "NVIDIA Datacenter GPU Manager 4 for CUDA 12 (name only)"),
-        ("libnccl2", NCCL_VERSION, [], "NVIDIA NCCL runtime (name only)"),
-        ("libnccl-dev", NCCL_VERSION, [f"libnccl2 (= {NCCL_VERSION})"], "NCCL headers (name only)"),
+def dcgm_deb(out_dir: Path) -> Path:
+    """dcgmi replaying real DCGM JSON, chosen by the scenario keys dcgm.diag/dcgm.health."""
+    name, version = DCGM
+    data = f"{SHARE}/data/dcgm"
+    files: dict[str, bytes | Path] = {
+        f"{data}/{sample.name}": sample for sample in sorted((SELFTEST / "data/dcgm").iterdir())
+    }
+    files[f"{data}/{DCGM_H100X8}"] = dcgm4_text().encode()
+    files[f"{data}/{DCGM_H100X8_FAIL_GPU3}"] = dcgm4_failing_gpu3().encode()
+    files[f"{SHARE}/standins/dcgmi"] = SELFTEST / "standins" / "dcgmi"
+    what = (
+        f"/usr/bin/dcgmi replays real `dcgmi diag -j` / `dcgmi health -c -j` output from {data}\n"
+        "(SOURCE.md), chosen by the keys dcgm.diag, dcgm.diag_rc and dcgm.health of\n"
+        f"/etc/fake-nvml/scenario.conf; {DCGM_H100X8} and {DCGM_H100X8_FAIL_GPU3}\n"
+        "are the real DCGM 4 fragment of 8 GPUs in its top level, passing and with GPU 3\n"
+        "failing. There is no nv-hostengine and no nvidia-dcgm unit: the replay needs no host\n"
+        "engine, and the bed's nodes have no systemd.\n"
+    )
+    return mirror.build_deb(
+        out_dir,
+        name,
+        version,
+        {**files, **_note(name, version, what)},
+        symlinks={"/usr/bin/dcgmi": "../share/gpuhealth-testbed/standins/dcgmi"},
+        description="NVIDIA Datacenter GPU Manager 4 for CUDA 12 (gpuhealth test bed stand-in)",
+    )
+
+
+def build_libnccl(out_dir: Path) -> Path:
+    """libnccl.so.<version> compiled from payload/libnccl (soname libnccl.so.2)."""
+    release = NCCL_VERSION.split("-")[0]
+    library = out_dir / f"libnccl.so.{release}"
+    source = PAYLOAD / "libnccl"
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Wl,-soname,libnccl.so.2"]
+        + ["-I", str(source), "-o", str(library), str(source / "nccl.c")],
+        check=True,
+        capture_output=True,
+    )
+    return library
+
+
+def nccl_debs(out_dir: Path) -> list[Path]:
+    """libnccl2 (the library) and libnccl-dev (header and link-time libnccl.so)."""
+    arch, multiarch = host_arch(), _host("gcc", "-print-multiarch")
+    library = build_libnccl(out_dir)
+    lib_dir = f"/usr/lib/{multiarch}"
+    runtime = (
+        f"{lib_dir}/{library.name} is a real shared library exporting ncclGetVersion only\n"
+        "(payload/libnccl): enough for a program to link and load against NCCL. No\n"
+        "collective runs on the bed; the nccl-tests stand-in replays recorded runs.\n"
+    )
+    dev = "/usr/include/nccl.h declares what the stand-in libnccl.so.2 exports.\n"
+    return [
+        mirror.build_deb(
+            out_dir,
+            "libnccl2",
+            NCCL_VERSION,
+            {f"{lib_dir}/{library.name}": library, **_note("libnccl2", NCCL_VERSION, runtime)},
+            arch=arch,
+            symlinks={f"{lib_dir}/libnccl.so.2": library.name},
+            description="NVIDIA Collective Communication Library (NCCL) Runtime (stand-in)",
+        ),
+        mirror.build_deb(
+            out_dir,
+            "libnccl-dev",
+            NCCL_VERSION,
+            {
+                "/usr/include/nccl.h": PAYLOAD / "libnccl" / "nccl.h",
+                **_note("libnccl-dev", NCCL_VERSION, dev),
+            },
+            depends=[f"libnccl2 (= {NCCL_VERSION})"],
+            arch=arch,
+            symlinks={f"{lib_dir}/libnccl.so": "libnccl.so.2"},
+            description="NVIDIA Collective Communication Library (NCCL) Development Files "
+            "(stand-in)",
+        ),
     ]
-    debs = []
-    for name, version, depends, description in packages:
-        text = STANDIN_NOTE.format(name=name, version=version, what=later)
-        debs.append(
-            mirror.build_deb(
-                out_dir,
-                name,
-                version,
-                {README.format(name=name): text.encode()},
-                depends=depends,
-                description=f"{description}: gpuhealth test bed stand-in",
-            )
-        )
-    return debs
+
+
+def fabricmanager_deb(out_dir: Path) -> Path:
+    """Name and version only: the bed has no NVSwitch to manage and no systemd to run it."""
+    name, version = FABRICMANAGER
+    what = (
+        "It holds no program: the bed has no NVSwitch for a fabric manager to manage and no\n"
+        "systemd to run nvidia-fabricmanager.service. Roles can install it by name.\n"
+    )
+    return mirror.build_deb(
+        out_dir,
+        name,
+        version,
+        _note(name, version, what),
+        description="NVIDIA fabric manager (gpuhealth test bed stand-in: README only)",
+    )
+
+
+def _tarball(path: Path, members: dict[str, bytes]) -> Path:
+    """A reproducible .tar.gz (fixed times and owners); members ending in / are folders,
+    scripts and ELF files are 0755."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name.rstrip("/"))
+            info.mtime, info.uname, info.gname = 1_700_000_000, "root", "root"
+            if name.endswith("/"):
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+                continue
+            info.size = len(data)
+            info.mode = 0o755 if data.startswith((b"#!", b"\x7fELF")) else 0o644
+            tar.addfile(info, io.BytesIO(data))
+    with gzip.GzipFile(path, "wb", mtime=0) as out:
+        out.write(buffer.getvalue())
+    return path
+
+
+def gpud_zipapp() -> bytes:
+    """selftest/standins/gpud.py as an executable zipapp with the real GPUd responses."""
+    buffer = io.BytesIO()
+    buffer.write(b"#!/usr/bin/python3\n")
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        members = {"__main__.py": (SELFTEST / "standins" / "gpud.py").read_bytes()}
+        for sample in sorted((SELFTEST / "data" / "gpud").iterdir()):
+            members[f"data/gpud/{sample.name}"] = sample.read_bytes()
+        for name, data in members.items():
+            archive.writestr(zipfile.ZipInfo(name, (2024, 1, 1, 0, 0, 0)), data)
+    return buffer.getvalue()
+
+
+def gpud_tarball(out_dir: Path) -> Path:
+    """gpud_<version>_linux_<arch>.tgz holding gpud_<version>_linux_<arch>/gpud, as GPUd's
+    install.sh expects (it copies that file to /usr/sbin)."""
+    stem = f"gpud_{GPUD_VERSION}_linux_{host_arch()}"
+    return _tarball(out_dir / f"{stem}.tgz", {f"{stem}/": b"", f"{stem}/gpud": gpud_zipapp()})
+
+
+def nccl_tests_tarball(out_dir: Path) -> Path:
+    """nccl-tests-<version>.tar.gz: payload/nccl-tests and the real recordings in replays/."""
+    top = f"nccl-tests-{NCCL_TESTS_VERSION}"
+    source = PAYLOAD / "nccl-tests"
+    members = {f"{top}/": b"", f"{top}/src/": b"", f"{top}/replays/": b""}
+    for path in sorted(source.rglob("*")):
+        if path.is_file():
+            members[f"{top}/{path.relative_to(source)}"] = path.read_bytes()
+    for path in sorted((SELFTEST / "data" / "nccl-tests").iterdir()):
+        members[f"{top}/replays/{path.name}"] = path.read_bytes()
+    return _tarball(out_dir / f"{top}.tar.gz", members)
 
 
 def build_all(out_dir: Path, cache_dir: Path) -> list[Path]:
     """Every stand-in package, freshly built into out_dir (the wheel and libraries cached)."""
     debs = [deb for driver in DRIVERS.values() for deb in driver_debs(out_dir, cache_dir, driver)]
-    return [*debs, nvidia_ml_py_deb(out_dir, cache_dir), *placeholder_debs(out_dir)]
+    return [
+        *debs,
+        nvidia_ml_py_deb(out_dir, cache_dir),
+        dcgm_deb(out_dir),
+        *nccl_debs(out_dir),
+        fabricmanager_deb(out_dir),
+    ]
+
+
+def build_files(out_dir: Path) -> list[Path]:
+    """The release tarballs for <mirror>/files/."""
+    return [gpud_tarball(out_dir), nccl_tests_tarball(out_dir)]

@@ -1,9 +1,12 @@
 """End to end on the bed: controller -> SSH -> probe -> nvidia-ml-py or nvidia-smi -> fake NVML.
 
 The health suite runs exactly as a user runs it against a fleet (`pytest --hosts=ansible://...
--n 3`) on four nodes set up by fleet.py (n1 healthy, n2 ECC + reset, n3 old driver and a missing
-GPU through the nvidia-smi fallback, n4 unreachable); then the report is rendered with
-`make report` and read back from a real browser. Run as root:
+-n 3`) on four nodes set up by fleet.py (n1 healthy; n2 ECC + reset + a hung storage path; n3
+old driver, a missing GPU read through the nvidia-smi fallback, and `fabric: efa` with no EFA;
+n4 unreachable), every family held to exactly the faults it plays. Then the load tests run as
+users run them (`--level standard` on n1 and n2: dcgmi diag and nccl-tests built on the nodes
+from the mirror's tarball, replaying real outputs), and the report is rendered with `make
+report` and read back from a real browser. Run as root:
 ``.venv/bin/pytest -c selftest/pytest.ini selftest/testbed/test_e2e.py -q -s``.
 """
 
@@ -21,7 +24,7 @@ import pytest
 from gpuhealth import checks
 from selftest.suite import REPO, SuiteRun, run_suite
 
-from . import bedlib, fleet, htmlreport
+from . import bedlib, fleet, htmlreport, standins
 
 pytestmark = [
     pytest.mark.bed,
@@ -32,23 +35,24 @@ pytestmark = [
 ]
 
 REPORTS = REPO / "reports" / "testbed"  # kept after the run: JUnit, Allure, HTML, screenshot
+STANDARD_REPORTS = REPORTS / "standard"  # the --level standard run's reports
 TIMINGS: dict[str, float] = {}
 LIVE = ("n1", "n2", "n3")
-# The GPU family (gpuhealth.checks.gpu: tests/test_node.py, tests/test_gpu.py) is what this
-# bed's scenarios are about; other families are asserted where noted below.
-GPU_CHECKS = {c.name for c in checks.REGISTRY.values() if c.fn.__module__ == "gpuhealth.checks.gpu"}
-GPU_TEST_NAMES = {f"test_{name}" for name in GPU_CHECKS}
-NODE_GPU_CHECKS = [name for name in checks.names("node") if name in GPU_CHECKS]
-PER_GPU = [name for name in checks.names("gpu") if name in GPU_CHECKS]
-EXPECTED_FAILURES = {  # n1: none, in any family
-    "n2": {"test_ecc_errors[n2-gpu3]", "test_recovery_action[n2-gpu5]"},
+QUICK = [c for c in checks.REGISTRY.values() if c.level == "quick"]  # not load tests
+QUICK_PER_GPU = [c.name for c in QUICK if c.scope == "gpu"]
+# What each node must fail at the default level, in every family; everything else of a live
+# node passes or skips with its reason.
+EXPECTED_FAILURES = {
+    "n1": set(),
+    "n2": {"test_ecc_errors[n2-gpu3]", "test_recovery_action[n2-gpu5]", "test_storage_paths[n2]"},
     "n3": {"test_driver_version[n3]", "test_gpu_count[n3]"}
-    | {f"test_{name}[n3-gpu7]" for name in PER_GPU}
-    | {f"test_recovery_action[n3-gpu{i}]" for i in range(8)},
+    | {f"test_{name}[n3-gpu7]" for name in QUICK_PER_GPU}
+    | {f"test_recovery_action[n3-gpu{i}]" for i in range(8)}
+    # The EFA software never ran on n3: no device, no fi_info, no memlock raised for RDMA.
+    | {f"test_efa_{name}[n3]" for name in ("device_count", "fi_info", "ports_active")}
+    | {"test_memlock_limit[n3]"},
 }
-# Not asserted yet, set up already (fleet.py): the storage hang on n2 and the missing EFA on
-# n3 belong to the storage and fabric families. Until their expectations are added here, only
-# the GPU checks (gpuhealth.checks.gpu) of n2 and n3 are held to EXPECTED_FAILURES.
+STANDARD_FAILURES = {"test_dcgm_diag_gpu[n2-gpu3]", "test_nccl_bandwidth[n2]"}
 
 
 @dataclass
@@ -56,6 +60,7 @@ class FleetRun:
     bed: bedlib.Bed
     suite: SuiteRun
     probes: dict[str, int]  # commands each node's sshd ran during the suite
+    facts: dict[str, dict]  # the facts document of each live node
 
     def tests(self, host: str) -> dict[str, str]:
         """Outcomes of the host's tests, by test id."""
@@ -66,12 +71,17 @@ class FleetRun:
         }
 
 
-def gpu_family(outcomes: dict[str, str]) -> dict[str, str]:
-    return {name: s for name, s in outcomes.items() if name.split("[")[0] in GPU_TEST_NAMES}
-
-
 def failed(outcomes: dict[str, str]) -> set[str]:
     return {name for name, status in outcomes.items() if status == "failed"}
+
+
+def expected_failures(host: str, facts: dict) -> set[str]:
+    """EXPECTED_FAILURES, plus n3's kernel modules where the host kernel lists modules: the
+    driver packages "load" nvidia there, and efa is missing like everything else of EFA."""
+    found = set(EXPECTED_FAILURES[host])
+    if host == "n3" and facts["system"]["kernel_modules"] is not None:
+        found.add("test_kernel_modules[n3]")
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +109,28 @@ def run():
         )
         TIMINGS["suite run, 4 hosts, -n 3"] = time.monotonic() - start
         probes = {name: bed.sessions(name) - before[name] for name in LIVE}
-        yield FleetRun(bed, suite, probes)
+        facts = {h: json.loads((REPORTS / "facts" / f"{h}.json").read_text()) for h in LIVE}
+        yield FleetRun(bed, suite, probes, facts)
+
+
+@pytest.fixture(scope="module")
+def standard(run):
+    """The load tests on n1 and n2, as users start them: `--level standard`."""
+    hosts = ",".join(f"ansible://{h}?ansible_inventory={run.bed.inventory}" for h in ("n1", "n2"))
+    start = time.monotonic()
+    suite = run_suite(
+        STANDARD_REPORTS,
+        f"--hosts={hosts}",
+        "--level",
+        "standard",
+        "-m",
+        "dcgm or nccl or gpud",
+        "-n",
+        "2",
+        env=run.bed.ansible_env(),
+    )
+    TIMINGS["suite run --level standard, n1 + n2"] = time.monotonic() - start
+    return suite
 
 
 def _down() -> None:
@@ -118,7 +149,7 @@ def test_suite_ran_over_ssh_on_every_host(run):
     assert run.suite.rc == 1, run.suite.output[-3000:]  # failures found: exit status 1
     verdicts = run.suite.verdicts
     assert verdicts["hosts"] == ["n1", "n2", "n3", "n4"]
-    facts = {host: json.loads((REPORTS / "facts" / f"{host}.json").read_text()) for host in LIVE}
+    facts = run.facts
     assert {host: doc["host"]["hostname"] for host, doc in facts.items()} == {h: h for h in LIVE}
     assert {host: doc["source"] for host, doc in facts.items()} == {
         "n1": "nvml",
@@ -129,6 +160,20 @@ def test_suite_ran_over_ssh_on_every_host(run):
     assert facts["n1"]["driver"]["nvml_version"] == "12.570.86.15"
 
 
+def test_installed_stand_ins_answer_the_probe(run):
+    """GPUd from the mirror's release tarball (HTTPS, self-signed) and dcgmi from the DCGM
+    package answer on the GPU nodes; nodes that do not expect them are not asked."""
+    for host in ("n1", "n2"):
+        gpud, dcgm = run.facts[host]["gpud"], run.facts[host]["dcgm_health"]
+        assert gpud["address"] == "https://127.0.0.1:15132"
+        assert gpud["healthz"] == {"status": "ok", "version": "v1"}
+        assert [(s["component"], s["health"]) for s in gpud["states"]] == [("echo", "Healthy")]
+        assert run.facts[host]["gpud_events"]["events"] == []
+        assert dcgm["health"] == {"overall": "Healthy", "incidents": []}
+    assert run.facts["n3"]["gpud"] == {"expected": False}
+    assert run.facts["n3"]["dcgm_health"] == {"expected": False}
+
+
 def test_exactly_one_probe_round_trip_per_host(run):
     """Counted by each node's sshd (LogLevel VERBOSE logs every command it starts)."""
     assert run.probes == {"n1": 1, "n2": 1, "n3": 1}
@@ -136,7 +181,7 @@ def test_exactly_one_probe_round_trip_per_host(run):
 
 def test_healthy_node_passes(run):
     tests = run.tests("n1")
-    assert len(gpu_family(tests)) == len(NODE_GPU_CHECKS) + 8 * len(PER_GPU)
+    assert len(tests) == len(checks.names("node")) + 8 * len(checks.names("gpu"))
     assert set(tests.values()) <= {"passed", "skipped"}, run.suite.messages()  # all families
     verdict = run.suite.verdicts["nodes"]["n1"]
     assert verdict["verdict"] == "PASS", verdict
@@ -146,15 +191,13 @@ def test_healthy_node_passes(run):
 @pytest.mark.parametrize("host", ["n2", "n3"])
 def test_faulty_nodes_fail_exactly_their_faults(run, host):
     tests = run.tests(host)
-    gpu = gpu_family(tests)
-    assert failed(gpu) == EXPECTED_FAILURES[host], run.suite.messages()
-    assert set(gpu.values()) <= {"passed", "skipped", "failed"}
-    assert "error" not in tests.values()  # other families: judged, never broken
+    expected = expected_failures(host, run.facts[host])
+    assert failed(tests) == expected, run.suite.messages()
+    assert set(tests.values()) <= {"passed", "skipped", "failed"}  # judged, never broken
     verdict = run.suite.verdicts["nodes"][host]
     assert verdict["verdict"] == "FAIL"
-    assert {(f["check"], f["gpu"]) for f in verdict["failed"] if f["check"] in GPU_CHECKS} == {
-        (name.split("[")[0].removeprefix("test_"), _gpu_of(name))
-        for name in EXPECTED_FAILURES[host]
+    assert {(f["check"], f["gpu"]) for f in verdict["failed"]} == {
+        (name.split("[")[0].removeprefix("test_"), _gpu_of(name)) for name in expected
     }
 
 
@@ -167,10 +210,34 @@ def test_failure_messages_name_what_was_found(run):
     messages = run.suite.messages()
     assert "volatile uncorrected ECC errors 2 > 0" in messages["test_ecc_errors[n2-gpu3]"]
     assert "GPU recovery action is GPU_RESET (1)" in messages["test_recovery_action[n2-gpu5]"]
+    assert (
+        "1 of 3 storage paths failing: /mnt/datasets/hang.fifo: timed out after 5 s"
+        in messages["test_storage_paths[n2]"]
+    )
     assert "expected 8 GPUs, found 7" in messages["test_gpu_count[n3]"]
     assert "driver 560.35.03 is older than the required 570" in messages["test_driver_version[n3]"]
     assert "predates the GPU recovery action" in messages["test_recovery_action[n3-gpu0]"]
     assert "GPU index 7 missing on n3" in messages["test_temperature[n3-gpu7]"]
+    assert "expected at least 1 EFA devices, found 0" in messages["test_efa_device_count[n3]"]
+    assert "fi_info is not installed" in messages["test_efa_fi_info[n3]"]
+    assert (
+        "memlock limit 8192 KB, RDMA over efa needs unlimited" in messages["test_memlock_limit[n3]"]
+    )
+    if "test_kernel_modules[n3]" in expected_failures("n3", run.facts["n3"]):
+        assert "efa (" in messages["test_kernel_modules[n3]"]
+
+
+def test_a_hung_storage_path_costs_one_timeout(run):
+    """The FIFO blocks its reader for ever; the probe gives up on it after storage_timeout_s
+    (5 s) and the node's probe takes that much longer than n1's, no more."""
+    n1, n2 = run.facts["n1"], run.facts["n2"]
+    paths = {record["path"]: record for record in n2["storage"]["paths"]}
+    hung = paths[fleet.STORAGE_HANG_FIFO]
+    assert hung["ok"] is False and hung["error"] == "timed out after 5 s"
+    assert 5.0 <= hung["elapsed_s"] < 6.0
+    assert all(paths[p]["ok"] for p in ("/mnt/datasets", "/scratch"))
+    assert paths["/scratch"]["wrote"] is True
+    assert n2["duration_s"] - n1["duration_s"] < 5.0 + 1.5, (n1["duration_s"], n2["duration_s"])
 
 
 def test_every_skip_says_why(run):
@@ -178,9 +245,42 @@ def test_every_skip_says_why(run):
     skipped = [name for name, status in outcomes.items() if status == "skipped"]
     assert skipped
     assert all(messages.get(name, "").strip() for name in skipped)
-    # H100s retire no pages (they remap rows); nvidia-smi -q does not report NVLink.
+    # H100s retire no pages (they remap rows); the bed's nodes have no systemd.
     assert "not supported" in messages["test_retired_pages[n1-gpu0]"]
-    assert "NVLink" in messages["test_nvlink[n3-gpu0]"]
+    assert "systemctl not available" in messages["test_gpu_services[n1]"]
+    assert "not an InfiniBand host (fabric: efa" in messages["test_ib_port_count[n3]"]
+    assert "not run at level quick (use --level standard)" in messages["test_nccl_bandwidth[n1]"]
+
+
+def test_standard_level_runs_the_load_tests_on_the_nodes(run, standard):
+    """dcgmi diag and the nccl-tests build on each node replay their node's real recordings:
+    n1 passes, n2 fails DCGM on gpu3 (its ECC GPU) and single-node busbw (a slow node)."""
+    assert standard.rc == 1, standard.output[-3000:]
+    outcomes, messages = standard.outcomes(), standard.messages()
+    assert failed(outcomes) == STANDARD_FAILURES, messages
+    assert outcomes.pop("test_nccl_multinode[fleet]") == "skipped"  # needs --level full
+    assert set(outcomes.values()) == {"passed", "failed"}
+    assert {name for name, status in outcomes.items() if status == "passed"} >= {
+        "test_dcgm_diag[n1]",
+        "test_dcgm_diag[n2]",
+        "test_nccl_bandwidth[n1]",
+        "test_nccl_data_integrity[n1]",
+        "test_nccl_data_integrity[n2]",
+        "test_gpud_health[n1]",
+        *(f"test_dcgm_diag_gpu[n1-gpu{i}]" for i in range(8)),
+    }
+    assert "412.00 gigaflops" in messages["test_dcgm_diag_gpu[n2-gpu3]"]
+    assert "busbw 365.8 GB/s" in messages["test_nccl_bandwidth[n2]"]
+    assert "< 460 GB/s expected, single node" in messages["test_nccl_bandwidth[n2]"]
+    nodes = standard.verdicts["nodes"]
+    assert nodes["n1"]["verdict"] == "PASS" and nodes["n2"]["verdict"] == "FAIL"
+    evidence = STANDARD_REPORTS / "evidence"
+    log = (evidence / "n1" / "nccl-all_reduce_perf.log").read_text()
+    assert log.startswith(f"$ {fleet.NCCL_TESTS_HOME}/build/all_reduce_perf -b 8 ")
+    assert "NCCL 2.25.1 (libnccl.so.2); replaying" in log  # built against the mirror's NCCL
+    assert standins.NCCL_HEALTHY in log
+    assert (evidence / "n2" / "dcgmi-diag-r2.log").read_text().startswith("$ dcgmi diag -r 2 -j")
+    assert TIMINGS["suite run --level standard, n1 + n2"] < 60
 
 
 def test_unreachable_node_is_reported_and_stops_nothing(run):
@@ -188,9 +288,10 @@ def test_unreachable_node_is_reported_and_stops_nothing(run):
     assert n4["verdict"] == "UNREACHABLE"
     assert any("ssh failed" in reason for reason in n4["reasons"]), n4
     tests = run.tests("n4")
-    # Broken, not failed: no health verdict without facts (tests that need none may skip).
-    assert set(gpu_family(tests).values()) == {"error"}
-    assert set(tests.values()) <= {"error", "skipped"}
+    # Broken, not failed: no health verdict without facts; load tests skip below their level.
+    quick = {f"test_{c.name}" for c in QUICK}
+    assert {status for name, status in tests.items() if name.split("[")[0] in quick} == {"error"}
+    assert set(tests.values()) == {"error", "skipped"}
     assert not (REPORTS / "facts" / "n4.json").exists()
     assert all(run.suite.verdicts["nodes"][h]["counts"]["PASS"] > 0 for h in LIVE)
 
@@ -202,7 +303,7 @@ def test_html_report_shows_the_failures(run):
     assert index == REPORTS / "allure-report" / "index.html"
     shown_failed = {name for name, status in rendered.items() if status == "failed"}
     for host in ("n2", "n3"):
-        assert EXPECTED_FAILURES[host] <= shown_failed, sorted(shown_failed)
+        assert expected_failures(host, run.facts[host]) <= shown_failed, sorted(shown_failed)
     assert shown_failed == failed(run.suite.outcomes())  # the page and JUnit agree
     broken = {name for name, status in rendered.items() if status == "broken"}
     assert broken == {name for name, status in run.tests("n4").items() if status == "error"}
