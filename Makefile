@@ -7,13 +7,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TOOLS  := .tools
 PYTEST_ARGS ?=
-APT_PACKAGES := python3 python3-venv gcc make nodejs npm
+APT_PACKAGES := python3 python3-venv gcc make nodejs npm openssl
 
 .PHONY: deps venv check report test lint clean
 
 deps:
 	@missing=""; \
-	for cmd in $(PYTHON) gcc node npm; do command -v $$cmd >/dev/null || missing="$$missing $$cmd"; done; \
+	for cmd in $(PYTHON) gcc node npm openssl; do command -v $$cmd >/dev/null || missing="$$missing $$cmd"; done; \
 	$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || missing="$$missing venv"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
