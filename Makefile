@@ -57,6 +57,7 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check src selftest tests
 	$(BIN)/yamllint -s .
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ansible-lint --offline --profile production -q
 
 # Unit and suite-level tests in parallel, then the SSH test bed ones (root: namespaces, mounts;
 # skipped otherwise) on one worker, printing their timings; both run, either failing fails.

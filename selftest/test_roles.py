@@ -1,0 +1,507 @@
+"""The roles (roles/, site.yml, playbooks/): how they are written, and what they do on the bed.
+
+Without the bed: every role variable is prefixed, defaulted, validated and documented, and
+the variables the roles share with the health suite have the suite's meaning and defaults.
+
+On the bed (marked `bed`, root): site.yml brings the fleet of fleet.py up from its mirror, as
+`ansible-playbook -i <inventory> site.yml -e gpu_mirror_url=<mirror>` does on an air-gapped
+cluster (roles_bed.py says what the bed lacks and which variables say so):
+
+- `--check` on a fresh node reports the changes it would make and writes nothing;
+- `nvidia_driver_branch: "560"` fails before any node runs a command, naming the variable;
+- the first run installs the stand-ins from the mirror, a second run changes nothing;
+- one inventory variable, nvidia_driver_branch, moves both the role and the health suite;
+- the health suite on the role-installed nodes reaches the verdicts test_e2e.py asserts on
+  the nodes the bed helper installs;
+- playbooks/collect.yml gathers one facts document per node and `pytest --facts` on them
+  reaches the same verdicts as the live run.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuhealth.config import PROFILE_KEYS, ProfileSet, expectations_from_vars
+from gpuhealth.transport import ProbeError
+from selftest.suite import REPO, SuiteRun, run_suite
+
+ROLES = REPO / "roles"
+ROLE_NAMES = sorted(p.name for p in ROLES.iterdir() if (p / "tasks" / "main.yml").is_file())
+ANSIBLE_PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
+REPORTS = REPO / "reports" / "roles-bed"  # kept after the run
+TIMINGS: dict[str, float] = {}
+
+
+def _yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def _options(role: str) -> dict[str, dict[str, Any]]:
+    return _yaml(ROLES / role / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
+
+
+# ---------------------------------------------------------------- how the roles are written
+
+
+def test_the_roles_are_the_components_of_a_gpu_node():
+    assert ROLE_NAMES == [
+        "dcgm",
+        "efa",
+        "gpud",
+        "nccl_tests",
+        "numactl",
+        "nvidia_driver",
+        "nvidia_repo",
+    ]
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_every_role_variable_is_prefixed_validated_and_documented(role):
+    defaults = _yaml(ROLES / role / "defaults" / "main.yml") or {}
+    options = _options(role)
+    readme = (ROLES / role / "README.md").read_text()
+    assert all(name.startswith(f"{role}_") for name in defaults), sorted(defaults)
+    assert set(defaults) <= set(options), sorted(set(defaults) - set(options))
+    for name, spec in options.items():
+        assert spec.get("description"), f"{role}: {name} has no description"
+        assert f"`{name}`" in readme, f"{role}/README.md does not document {name}"
+        if "default" in spec:  # the documented default is the one the role uses
+            assert defaults.get(name) == spec["default"], name
+        if name.startswith(f"{role}_") and name not in defaults:
+            # no default of the role's own: per OS (vars/), required, or derived from others
+            assert spec.get("required") or "efault" in str(spec["description"]), name
+
+
+def test_every_template_is_laid_out_like_its_target_path():
+    templates = sorted(ROLES.glob("*/templates/**/*.j2"))
+    assert templates
+    used = "\n".join(p.read_text() for p in ROLES.glob("*/tasks/*.yml"))
+    for path in templates:
+        target = path.parts[path.parts.index("templates") + 1 :]
+        assert target[0] in ("etc", "usr", "opt"), path
+        assert f"src: {'/'.join(target)}" in used, f"{path} is not used by a task"
+
+
+def test_the_driver_branch_is_the_health_suite_s_driver_gate():
+    profiles = ProfileSet()
+    default = _yaml(ROLES / "nvidia_driver" / "defaults" / "main.yml")["nvidia_driver_branch"]
+    assert default == profiles.get("default")["min_driver_version"]
+    branches = _options("nvidia_driver")["nvidia_driver_branch"]["choices"]
+    assert min(int(b) for b in branches) == 570  # 560 and older are refused
+    expect = expectations_from_vars("n1", {"nvidia_driver_branch": "575"}, profiles)
+    assert expect.overrides["min_driver_version"] == "575"
+
+
+def test_the_fabric_manager_goes_where_the_profiles_require_it():
+    profiles = ProfileSet()
+    nvswitch = sorted(n for n in profiles.names if profiles.get(n)["requires_fabric_manager"])
+    defaults = _yaml(ROLES / "nvidia_driver" / "defaults" / "main.yml")
+    assert sorted(defaults["nvidia_driver_nvswitch_profiles"]) == nvswitch
+
+
+def test_shared_variables_default_to_what_the_health_suite_expects():
+    profile = ProfileSet().get("default")
+    nccl = _yaml(ROLES / "nccl_tests" / "defaults" / "main.yml")
+    built = nccl["nccl_tests_dir"].replace(
+        "{{ nccl_tests_install_dir }}", nccl["nccl_tests_install_dir"]
+    )
+    assert built == profile["nccl_tests_dir"]
+    gpud = _yaml(ROLES / "gpud" / "defaults" / "main.yml")
+    assert gpud["gpud_address"] == profile["gpud_address"]
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_role_variables_in_the_inventory_pass_the_health_suite_s_checks(role):
+    """The suite refuses inventory vars one typo away from its keys; no role variable may be
+    one, and a role variable that is a suite key must have a type the suite accepts."""
+    samples = {"str": "x", "bool": True, "int": 1, "list": []}
+    values = {
+        name: spec.get("default", spec.get("choices", [samples[spec["type"]]])[0])
+        for name, spec in _options(role).items()
+    }
+    values["gpu_profile"] = "h100-sxm"
+    shared = {n: v for n, v in values.items() if n in PROFILE_KEYS and v is not None}
+    others = {n: v for n, v in values.items() if n not in PROFILE_KEYS}
+    expectations_from_vars("node", {**others, **shared}, ProfileSet())
+
+
+def test_playbooks_parse_with_the_example_inventories():
+    for inventory in ("inventory/h100-ib", "inventory/p5-efa"):
+        for playbook in ("site.yml", "playbooks/collect.yml"):
+            proc = subprocess.run(
+                [ANSIBLE_PLAYBOOK, "-i", inventory, playbook, "--syntax-check"],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_collect_probes_with_the_limits_the_inventory_resolves_to():
+    """playbooks/filter_plugins/gpuhealth_probe.py: the argv collect.yml runs on each node."""
+    spec = importlib.util.spec_from_file_location(
+        "collect_filters", REPO / "playbooks" / "filter_plugins" / "gpuhealth_probe.py"
+    )
+    filters = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(filters)
+    hostvars = {
+        "inventory_hostname": "node7",
+        "gpu_profile": "h100-sxm",
+        "gpu_count": 7,
+        "nvidia_driver_branch": "575",
+        "ansible_host": "10.0.0.7",
+    }
+    argv = filters.probe_argv(hostvars, python="/usr/bin/python3", timeout_s=60)
+    assert argv[:5] == ["timeout", "-k", "5", "60", "/usr/bin/python3"]
+    expect = json.loads(zlib.decompress(base64.b64decode(argv[-1])))["config"]["expect"]
+    assert expect["gpu_count"] == 7
+    assert expect["min_driver_version"] == "575"
+    assert expect["nvlink_links_expected"] == 18  # from the h100-sxm profile
+    with pytest.raises(ProbeError):
+        filters.facts_document("no document here")
+
+
+# ---------------------------------------------------------------- on the bed
+
+LIVE = ("n1", "n2", "n3")
+
+
+def on_the_bed(test):
+    """Mark a test as a bed test: root only, on the worker that holds the bed."""
+    for mark in (
+        pytest.mark.bed,
+        pytest.mark.xdist_group("bed"),  # one bed per machine: keep these on one worker
+        pytest.mark.skipif(
+            os.geteuid() != 0, reason="the test bed needs root (network namespaces, mounts)"
+        ),
+    ):
+        test = mark(test)
+    return test
+
+
+@dataclass
+class RolesRun:
+    """Everything the bed run did, in order; the tests read it."""
+
+    bed: Any
+    check: Any  # roles_bed.PlaybookRun of site.yml --check on the fresh n1
+    check_writes: dict[str, Any]  # what n1 wrote meanwhile (path -> (before, after))
+    bad_branch: Any  # site.yml with nvidia_driver_branch=560
+    bad_branch_sessions: dict[str, int]  # commands each node ran meanwhile
+    first: Any
+    second: Any
+    new_flags: Any  # site.yml --tags nccl_tests on n1 with one more make argument
+    gpud: dict[str, str]  # node -> the ExecStart the test started GPUd with
+    live: SuiteRun
+    standard: SuiteRun  # --level standard on n1, n2: DCGM and nccl-tests the roles installed
+    collect: Any
+    offline: SuiteRun
+    branch_575: Any  # site.yml --check --tags nvidia_driver with n1 on branch 575
+    offline_575: SuiteRun
+
+
+@pytest.fixture(scope="module")
+def roles_run():
+    from selftest.testbed import bedlib, fleet, roles_bed
+
+    bedlib.become_subreaper()  # reap detached bed processes even if PID 1 does not
+    bedlib.ensure_rootfs()
+    shutil.rmtree(REPORTS, ignore_errors=True)
+    REPORTS.mkdir(parents=True)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(bedlib.exclusive())
+        stack.callback(_down)
+        start = time.monotonic()
+        bed = fleet.up(roles_bed.fleet_roles())
+        TIMINGS["bed up, 4 nodes"] = time.monotonic() - start
+        TIMINGS.update(roles_bed.provision(bed))
+        mirror = roles_bed.mirror_args(bed)
+
+        def site(*args: str, name: str) -> roles_bed.PlaybookRun:
+            run = roles_bed.playbook(bed, "site.yml", *mirror, *args)
+            (REPORTS / f"{name}.log").write_text(run.output)
+            TIMINGS[name] = run.seconds
+            return run
+
+        before = roles_bed.upper_state(bed, "n1")
+        check = site("--check", "--limit", "n1", name="site.yml --check, fresh n1")
+        after = roles_bed.upper_state(bed, "n1")
+        writes = {p: (before.get(p), after.get(p)) for p in set(before) | set(after)}
+        writes = {p: pair for p, pair in writes.items() if pair[0] != pair[1]}
+        (REPORTS / "check-mode-writes.json").write_text(json.dumps(writes, indent=1))
+
+        sessions = {n: bed.sessions(n) for n in LIVE}
+        bad = site("-e", "nvidia_driver_branch=560", name="site.yml, branch 560 (refused)")
+        bad_sessions = {n: bed.sessions(n) - sessions[n] for n in LIVE}
+
+        limit = ("--limit", ",".join(LIVE))  # n4 is down
+        first = site(*limit, name="site.yml, first run (n1-n3)")
+        second = site(*limit, name="site.yml, second run (n1-n3)")
+        new_flags = site(
+            "--limit",
+            "n1",
+            "--tags",
+            "nccl_tests",
+            "-e",
+            '{"nccl_tests_make_args": ["VERBOSE=1"]}',
+            name="site.yml --tags nccl_tests, new make flags (n1)",
+        )
+
+        gpud = {n: roles_bed.start_gpud(bed, n) for n in ("n1", "n2")}  # gpud_installed
+        start = time.monotonic()
+        inventory = f"--hosts=ansible://all?ansible_inventory={bed.inventory}"
+        live = run_suite(REPORTS / "live", inventory, "-n", "3", env=bed.ansible_env())
+        TIMINGS["health suite, 4 hosts, -n 3"] = time.monotonic() - start
+        start = time.monotonic()
+        hosts = ",".join(f"ansible://{h}?ansible_inventory={bed.inventory}" for h in ("n1", "n2"))
+        level = ("--level", "standard", "-m", "dcgm or nccl or gpud", "-n", "2")
+        standard = run_suite(
+            REPORTS / "standard", f"--hosts={hosts}", *level, env=bed.ansible_env()
+        )
+        TIMINGS["health suite --level standard, n1 + n2"] = time.monotonic() - start
+
+        facts = REPORTS / "collected"
+        collect = roles_bed.playbook(
+            bed, "playbooks/collect.yml", "-e", f"gpuhealth_facts_dir={facts}"
+        )
+        (REPORTS / "collect.log").write_text(collect.output)
+        TIMINGS["playbooks/collect.yml, 4 hosts"] = collect.seconds
+        start = time.monotonic()
+        judge = ("--facts", str(facts), "--inventory", str(bed.inventory))
+        offline = run_suite(REPORTS / "offline", *judge, env=bed.ansible_env())
+        TIMINGS["pytest --facts, 3 documents"] = time.monotonic() - start
+
+        # One variable for both: n1's inventory moves to branch 575.
+        bed.set_host_vars({"n1": {"nvidia_driver_branch": "575"}})
+        branch_575 = site(
+            "--check", "--diff", "--limit", "n1", "--tags", "nvidia_driver", name="branch 575"
+        )
+        offline_575 = run_suite(REPORTS / "offline-575", *judge, env=bed.ansible_env())
+        yield RolesRun(
+            bed,
+            check,
+            writes,
+            bad,
+            bad_sessions,
+            first,
+            second,
+            new_flags,
+            gpud,
+            live,
+            standard,
+            collect,
+            offline,
+            branch_575,
+            offline_575,
+        )
+
+
+def _down() -> None:
+    from selftest.testbed import bedlib
+
+    start = time.monotonic()
+    bedlib.down()
+    TIMINGS["bed down"] = time.monotonic() - start
+    print("\n-- roles on the bed: timings --")
+    for what, secs in TIMINGS.items():
+        print(f"  {what:52} {secs:7.2f}s")
+    assert bedlib.leftovers() == []
+
+
+def _on(bed, node: str, command: str) -> str:
+    return bed.ssh(node, command).stdout
+
+
+@on_the_bed
+def test_check_mode_on_a_fresh_node_reports_changes_and_writes_nothing(roles_run):
+    run = roles_run.check
+    assert run.rc == 0, run.output[-3000:]
+    assert run.recap["n1"]["failed"] == 0
+    assert run.recap["n1"]["changed"] >= 10, run.recap  # repository, pin, packages, builds...
+    mirror = roles_run.bed.mirror_url
+    assert f"would install from {mirror}: nvidia-driver-570-open, " in run.output
+    assert "would build nccl-tests 2.14.1" in run.output
+    # no driver loaded yet: the role says the node must reboot, and does not reboot it
+    assert "REBOOT REQUIRED on n1: loaded driver none (no nvidia module loaded)" in run.output
+    assert "nvidia_driver_reboot_allowed is false: drain the node and reboot it." in run.output
+    assert roles_run.check_writes == {}  # n1's overlay: not one file written or touched
+
+
+@on_the_bed
+def test_a_branch_before_570_fails_before_any_node_runs_a_command(roles_run):
+    run = roles_run.bad_branch
+    assert run.rc != 0
+    assert "value of nvidia_driver_branch must be one of: 570, 575, 580, got: 560" in run.output
+    assert {host: (c["ok"], c["failed"]) for host, c in run.recap.items()} == {
+        host: (0, 1) for host in ("n1", "n2", "n3", "n4")
+    }
+    assert roles_run.bad_branch_sessions == {"n1": 0, "n2": 0, "n3": 0}  # counted by sshd
+
+
+@on_the_bed
+def test_site_installs_everything_from_the_mirror(roles_run):
+    run, bed = roles_run.first, roles_run.bed
+    assert run.rc == 0, run.output[-3000:]
+    assert {h: c["failed"] + c["unreachable"] for h, c in run.recap.items()} == dict.fromkeys(
+        LIVE, 0
+    )
+    assert all(run.changed()[h] > 0 for h in LIVE), run.recap
+    installed = _on(bed, "n1", "dpkg-query -W -f '${Package} ${Version}\\n'")
+    for package in (
+        "nvidia-driver-570-open 570.86.15-0ubuntu1",
+        "nvidia-fabricmanager-570 570.86.15-1",  # h100-sxm: an NVSwitch baseboard
+        "python3-nvidia-ml-py",
+        "datacenter-gpu-manager-4-cuda12 1:4.2.3-1",
+        "libnccl2 2.25.1-1+cuda12.8",
+        "libnccl-dev 2.25.1-1+cuda12.8",
+        "numactl",
+    ):
+        assert package in installed
+    # ... through the repository the roles defined from gpu_mirror_url: the only NVIDIA source.
+    source = "nvidia-" + re.sub(r"[^A-Za-z0-9]+", "-", bed.mirror_url.split("://")[1]).strip("-")
+    listed = _on(bed, "n1", f"cat /etc/apt/sources.list.d/{source}.list")
+    assert listed.endswith(f"deb [trusted=yes] {bed.mirror_url} /\n"), listed
+    assert "nvidia" not in _on(bed, "n1", "cat /etc/apt/sources.list")  # the OS archive only
+    served = (bed.run_dir / "mirror.log").read_text()
+    for node in bed.nodes[:2]:
+        assert re.search(rf'{re.escape(node.address)} .*"GET /\./nvidia-driver-570-open_', served)
+        assert re.search(rf'{re.escape(node.address)} .*"GET /files/gpud_v0\.5\.1_linux_', served)
+    assert "Pin: version 570.*" in _on(bed, "n1", "cat /etc/apt/preferences.d/nvidia-driver.pref")
+    assert "blacklist nouveau" in _on(bed, "n1", "cat /etc/modprobe.d/blacklist-nouveau.conf")
+    assert "REBOOT REQUIRED" not in run.output  # the stand-in driver "loaded" at install
+    # nccl-tests built where the health suite runs it, linked against the installed NCCL.
+    built = _on(bed, "n1", "cat /opt/nccl-tests/build/.gpuhealth-build")
+    assert built.startswith("nccl-tests 2.14.1 sha256:")
+    linked = _on(bed, "n1", "ldd /opt/nccl-tests/build/all_reduce_perf")
+    assert re.search(r"libnccl\.so\.2 => /\S+/libnccl\.so\.2 ", linked), linked
+    # n3: its old driver left alone and said so; EFA (fabric efa) only there.
+    assert "nvidia-driver-560-open" in _on(bed, "n3", "dpkg-query -W")
+    assert "n3 runs driver 560.35.03 and the inventory expects branch 570" in run.output
+    assert "EFA installer version: 1.47.0" in _on(
+        bed, "n3", "cat /opt/amazon/efa_installed_packages"
+    )
+    assert bed.ssh("n1", "test -e /opt/amazon/efa_installed_packages", check=False).returncode == 1
+
+
+@on_the_bed
+def test_services_are_installed_and_said_to_need_systemd(roles_run):
+    """No systemd on the bed: the units are there, and the roles say what they did not do."""
+    run, bed = roles_run.first, roles_run.bed
+    for node in ("n1", "n2"):
+        for unit in ("nvidia-persistenced", "nvidia-dcgm", "gpud"):
+            assert re.search(rf"{node} has no systemd .*{unit}", run.output), (node, unit)
+    unit = _on(bed, "n1", "cat /etc/systemd/system/gpud.service")
+    assert "ExecStart=/usr/local/bin/gpud run --listen-address=127.0.0.1:15132\n" in unit
+    assert roles_run.gpud["n1"] == "/usr/local/bin/gpud run --listen-address=127.0.0.1:15132"
+    dropin = "/etc/systemd/system/nvidia-persistenced.service.d/persistence-mode.conf"
+    assert "ExecStart=/usr/bin/nvidia-persistenced --verbose" in _on(bed, "n1", f"cat {dropin}")
+
+
+@on_the_bed
+def test_a_second_run_changes_nothing(roles_run):
+    run = roles_run.second
+    assert run.rc == 0, run.output[-3000:]
+    assert run.changed() == dict.fromkeys(LIVE, 0), run.recap
+    # so nccl-tests was not rebuilt: the build task always reports a change when it runs
+
+
+@on_the_bed
+def test_nccl_tests_are_rebuilt_when_the_flags_change(roles_run):
+    run, bed = roles_run.new_flags, roles_run.bed
+    assert run.rc == 0, run.output[-3000:]
+    assert run.changed() == {"n1": 2}  # make, and the record of what it built from
+    assert "VERBOSE=1" in _on(bed, "n1", "cat /opt/nccl-tests/build/.gpuhealth-build")
+
+
+@on_the_bed
+def test_one_variable_moves_the_driver_role_and_the_health_suite(roles_run):
+    """n1 set to branch 575 in the inventory: the role would pin and install 575 (absent from
+    the mirror), and the health suite now fails n1's 570 driver."""
+    run = roles_run.branch_575
+    assert "+Pin: version 575.*" in run.output and "-Pin: version 570.*" in run.output
+    assert "No package matching 'nvidia-driver-575-open'" in run.output
+    outcomes, messages = roles_run.offline_575.outcomes(), roles_run.offline_575.messages()
+    assert outcomes["test_driver_version[n1]"] == "failed"
+    assert "driver 570.86.15 is older than the required 575" in messages["test_driver_version[n1]"]
+
+
+@on_the_bed
+def test_the_health_suite_reaches_the_e2e_verdicts_on_role_installed_nodes(roles_run):
+    from selftest.testbed.test_e2e import expected_failures
+
+    suite = roles_run.live
+    verdicts = suite.verdicts["nodes"]
+    assert {h: v["verdict"] for h, v in verdicts.items()} == {
+        "n1": "PASS",
+        "n2": "FAIL",
+        "n3": "FAIL",
+        "n4": "UNREACHABLE",
+    }
+    outcomes = suite.outcomes()
+    for host in LIVE:
+        tests = {n: s for n, s in outcomes.items() if n.endswith(f"[{host}]") or f"[{host}-" in n}
+        facts = json.loads((suite.reports / "facts" / f"{host}.json").read_text())
+        assert {n for n, s in tests.items() if s == "failed"} == expected_failures(host, facts)
+        assert "error" not in tests.values()
+    # the checks of what the roles installed ran and passed on n1
+    for test in ("test_numactl[n1]", "test_dcgm_health[n1]", "test_gpud_health[n1]"):
+        assert outcomes.get(test) == "passed", (test, suite.messages().get(test))
+
+
+@on_the_bed
+def test_the_load_tests_run_what_the_roles_built(roles_run):
+    """--level standard: dcgmi diag of the DCGM the role installed, all_reduce_perf where the
+    nccl_tests role built it (the health suite's default nccl_tests_dir); the e2e's failures."""
+    from selftest.testbed.test_e2e import STANDARD_FAILURES
+
+    suite = roles_run.standard
+    outcomes = suite.outcomes()
+    assert {n for n, s in outcomes.items() if s == "failed"} == STANDARD_FAILURES, suite.messages()
+    assert outcomes["test_nccl_bandwidth[n1]"] == "passed"
+    assert outcomes["test_dcgm_diag[n1]"] == "passed"
+    nodes = suite.verdicts["nodes"]
+    assert (nodes["n1"]["verdict"], nodes["n2"]["verdict"]) == ("PASS", "FAIL")
+    log = (suite.reports / "evidence" / "n1" / "nccl-all_reduce_perf.log").read_text()
+    assert log.startswith("$ /opt/nccl-tests/build/all_reduce_perf -b 8 ")
+    assert "NCCL 2.25.1 (libnccl.so.2); replaying" in log
+
+
+@on_the_bed
+def test_collect_gathers_one_facts_document_per_node(roles_run):
+    run = roles_run.collect
+    assert run.rc == 4  # n4 is down: reported unreachable, the others collected
+    assert run.recap["n4"]["unreachable"] == 1
+    folder = REPORTS / "collected"
+    assert sorted(p.name for p in folder.iterdir()) == ["n1.json", "n2.json", "n3.json"]
+    docs = {h: json.loads((folder / f"{h}.json").read_text()) for h in LIVE}
+    assert {h: d["host"]["hostname"] for h, d in docs.items()} == {h: h for h in LIVE}
+    assert docs["n3"]["driver"]["version"] == "560.35.03"
+
+
+@on_the_bed
+def test_judging_the_collected_facts_gives_the_live_verdicts(roles_run):
+    live, offline = roles_run.live.verdicts["nodes"], roles_run.offline.verdicts["nodes"]
+    assert sorted(offline) == list(LIVE)
+
+    def verdict(v: dict) -> tuple:
+        failed = sorted((f["check"], str(f["gpu"])) for f in v["failed"])
+        return v["verdict"], failed, v["counts"]
+
+    assert {h: verdict(offline[h]) for h in LIVE} == {h: verdict(live[h]) for h in LIVE}
