@@ -14,6 +14,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -112,15 +113,7 @@ def collect_states(config: dict[str, Any], errors: list[dict[str, Any]]) -> dict
         # A GPUd that does not answer /healthz will not answer /v1/states either.
         section["unavailable"]["states"] = {"kind": why["kind"], "detail": "GPUd not answering"}
         return section
-    body, why = fetch(f"{url}/v1/states", TIMEOUT_S)
-    if body is not None:
-        try:
-            section["states"] = gpud.states(gpud.load(body, "GPUd /v1/states"))
-        except ParseError as exc:
-            why = {"kind": "error", "detail": str(exc)}
-    if why:
-        section["unavailable"]["states"] = why
-        _note(errors, why)
+    _fetch_into(section, "states", f"{url}/v1/states", gpud.states, errors)
     return section
 
 
@@ -137,13 +130,24 @@ def collect_events(config: dict[str, Any], errors: list[dict[str, Any]]) -> dict
         "events": None,
         "unavailable": {},
     }
-    body, why = fetch(f"{url}/v1/events?startTime={since}", TIMEOUT_S)
+    _fetch_into(section, "events", f"{url}/v1/events?startTime={since}", gpud.events, errors)
+    return section
+
+
+def _fetch_into(
+    section: dict[str, Any],
+    key: str,
+    url: str,
+    convert: Callable[[Any], Any],
+    errors: list[dict[str, Any]],
+) -> None:
+    """section[key] from a GPUd endpoint, or why not in section["unavailable"][key]."""
+    body, why = fetch(url, TIMEOUT_S)
     if body is not None:
         try:
-            section["events"] = gpud.events(gpud.load(body, "GPUd /v1/events"))
+            section[key] = convert(gpud.load(body, f"GPUd /{url.split('/', 3)[-1].split('?')[0]}"))
         except ParseError as exc:
             why = {"kind": "error", "detail": str(exc)}
     if why:
-        section["unavailable"]["events"] = why
+        section["unavailable"][key] = why
         _note(errors, why)
-    return section
