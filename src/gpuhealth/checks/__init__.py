@@ -134,6 +134,24 @@ def need(record: dict[str, Any], key: str, what: str, required: bool = False) ->
     )
 
 
+def load_test_output(node: NodeView, section: str, key: str, what: str, evidence: str) -> Any:
+    """The parsed output of a load test, or stop: SKIP when the runner said it does not apply,
+    FAIL when it produced nothing (a load test that did not run is never a pass)."""
+    record = node.facts[section]
+    if record.get("skip"):
+        raise StopCheck(Result(SKIP, record["skip"]))
+    output = record.get(key)
+    if record.get("error") or output is None:
+        raise StopCheck(
+            Result(
+                FAIL,
+                f"{what}: {record.get('error') or 'no output'}",
+                record.get("action") or f"read the attached {evidence}",
+            )
+        )
+    return output
+
+
 def _gpu_label(host: str, index: int, gpu: dict[str, Any] | None) -> str:
     if not gpu:
         return f"{host} gpu{index}"

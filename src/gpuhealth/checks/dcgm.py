@@ -15,7 +15,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhealth.checks import FAIL, PASS, SKIP, WARN, NodeView, Result, StopCheck, check
+from gpuhealth.checks import (
+    FAIL,
+    PASS,
+    SKIP,
+    WARN,
+    NodeView,
+    Result,
+    check,
+    load_test_output,
+)
 
 _GPU_ACTION = (
     "drain the node, reset the GPU (`nvidia-smi -r -i INDEX`) and run `dcgmi diag -r 3 -i "
@@ -31,19 +40,7 @@ def _describe(test: dict[str, Any], result: dict[str, Any]) -> str:
 
 
 def _diag(node: NodeView) -> dict[str, Any]:
-    section = node.facts["dcgm"]
-    if section.get("skip"):
-        raise StopCheck(Result(SKIP, section["skip"]))
-    diag = section.get("diag")
-    if section.get("error") or diag is None:
-        raise StopCheck(
-            Result(
-                FAIL,
-                f"DCGM diagnostic did not run: {section.get('error') or 'no output'}",
-                section.get("action") or "read the attached output",
-            )
-        )
-    return diag
+    return load_test_output(node, "dcgm", "diag", "DCGM diagnostic did not run", "output")
 
 
 def _verdict(failed: list[str], warned: list[str], odd: list[str]) -> Result | None:

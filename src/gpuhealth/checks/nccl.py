@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhealth.checks import FAIL, PASS, SKIP, NodeView, Result, StopCheck, check
+from gpuhealth.checks import FAIL, PASS, SKIP, NodeView, Result, check, load_test_output
 from gpuhealth.config import Profile
 
 SINGLE_KEY = "nccl_allreduce_min_busbw_gbps"
@@ -63,19 +63,7 @@ def network_text(limits: Profile) -> str:
 
 def _run(node: NodeView) -> dict[str, Any]:
     """The parsed run, or stop: SKIP when it does not apply, FAIL when it produced nothing."""
-    section = node.facts["nccl"]
-    if section.get("skip"):
-        raise StopCheck(Result(SKIP, section["skip"]))
-    run = section.get("run")
-    if section.get("error") or run is None:
-        raise StopCheck(
-            Result(
-                FAIL,
-                f"nccl-tests did not produce results: {section.get('error') or 'no output'}",
-                section.get("action") or "read the attached log",
-            )
-        )
-    return run
+    return load_test_output(node, "nccl", "run", "nccl-tests did not produce results", "log")
 
 
 def best_busbw(rows: list[dict[str, Any]], reference: int) -> tuple[float, int, str] | None:
