@@ -56,6 +56,7 @@ report: $(TOOLS)/node_modules/.bin/allure
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check src selftest tests
+	$(BIN)/mypy
 	$(BIN)/yamllint -s .
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ansible-lint --offline --profile production -q
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,3 +14,12 @@ from selftest.fakenvml import build_library
 def fake_nvml_lib() -> Path:
     """The fake libnvidia-ml.so.1, built once into selftest/.cache (git-ignored)."""
     return build_library(Path(__file__).resolve().parent / ".cache")
+
+
+@pytest.fixture
+def bare_python(tmp_path: Path) -> str:
+    """An interpreter with no site-packages: like a GPU node without nvidia-ml-py."""
+    wrapper = tmp_path / "bare-python3"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)

@@ -82,3 +82,24 @@ def run_suite(
         env={**os.environ, **(env or {})},
     )
     return SuiteRun(proc.returncode, proc.stdout + proc.stderr, reports)
+
+
+def shell(command: str, env: dict[str, str] | None = None, timeout: float = 60):
+    """Run a command line the way ssh runs it on a node: through /bin/sh, from /."""
+    return subprocess.run(
+        ["/bin/sh", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd="/",
+    )
+
+
+def fake_tool(folder: Path, name: str, body: str) -> Path:
+    """A stand-in command (a shell script) named `name` in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path

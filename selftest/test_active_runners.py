@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 import testinfra
 
-from gpuhealth import checks
 from gpuhealth.active import bisect, runner
-from gpuhealth.config import Expectations, ProfileSet, resolve_limits
+from gpuhealth.families.dcgm import active as dcgm_active
+from gpuhealth.families.nccl import active as nccl_active
+from selftest.facts import judge
 from selftest.fakenvml import load_scenario, nvml_env, write_scenario
 from selftest.suite import run_suite
 from selftest.test_dcgm import dcgm4_failing_gpu3
@@ -29,8 +30,6 @@ from selftest.test_dcgm import dcgm4_failing_gpu3
 HERE = Path(__file__).resolve().parent
 STANDINS = HERE / "standins"
 HOST = socket.gethostname()
-PROFILES = ProfileSet()
-LIMITS = resolve_limits(Expectations("h100-sxm", None, {}), PROFILES, None)
 
 
 @pytest.fixture
@@ -47,15 +46,15 @@ def local():
     return testinfra.get_host("local://")
 
 
-def judged(section: dict[str, Any], name: str) -> checks.Result:
-    facts = {"source": "active", "nccl": section}
-    return checks.evaluate(name, checks.NodeView("n1", facts, LIMITS))
+def judged(section: dict[str, Any], name: str) -> Any:
+    return judge(name, {"source": "active", "nccl": section}, host="n1")
 
 
 def single(host: Any, timeout_s: float = 30, folder: Path = STANDINS) -> dict[str, Any]:
-    command = runner.nccl_single_command(str(folder / "all_reduce_perf"), "-b 8 -e 16G -f 2", 8)
+    path = str(folder / "all_reduce_perf")
+    command = nccl_active.single_command(path, "-b 8 -e 16G -f 2", 8)
     outcome = runner.run_on(host, command, timeout_s)
-    return runner.nccl_section(outcome, ["n1"], "nccl_timeout_s")
+    return nccl_active.section_of(outcome, ["n1"], "nccl_timeout_s")
 
 
 # ---------------------------------------------------------------- single-node nccl-tests
@@ -76,7 +75,7 @@ def test_a_hung_run_is_killed_at_its_timeout(standins, local, monkeypatch):
     assert time.monotonic() - started < 5
     assert section["error"].startswith("timed out: killed after 1 s (nccl_timeout_s)")
     result = judged(section, "nccl_bandwidth")
-    assert result.status == "FAIL" and "hung GPU" in result.action
+    assert result.status == "FAIL" and "hung GPU" in result.advice
 
 
 def test_an_nccl_failure_fails_with_its_message(standins, local, monkeypatch):
@@ -96,26 +95,26 @@ def test_an_nccl_failure_fails_with_its_message(standins, local, monkeypatch):
 def test_garbage_output_is_a_clear_failure(standins, local, monkeypatch, mode, message):
     monkeypatch.setenv("STANDIN_NCCL", mode)
     result = judged(single(local), "nccl_bandwidth")
-    assert result.status == "FAIL" and message in result.message
+    assert result.status == "FAIL" and message in result.text
 
 
 def test_missing_nccl_tests_fails_with_install_advice(standins, local, tmp_path):
     result = judged(single(local, folder=tmp_path), "nccl_bandwidth")
-    assert result.status == "FAIL" and "not found" in result.message
-    assert "role nccl_tests" in result.action
+    assert result.status == "FAIL" and "not found" in result.text
+    assert "role nccl_tests" in result.advice
 
 
 def test_slow_single_node_run_fails_the_h100_threshold(standins, local, monkeypatch):
     monkeypatch.setenv("STANDIN_NCCL", "nccltests_issue309_4node_32xH100_vm_all_reduce.txt")
     result = judged(single(local), "nccl_bandwidth")
-    assert result.status == "FAIL" and "365.8 GB/s" in result.message
+    assert result.status == "FAIL" and "365.8 GB/s" in result.text
 
 
 def test_size_arguments_are_quoted_for_the_shell():
-    command = runner.nccl_single_command("/opt/nccl tests/all_reduce_perf", "-b 8 -e '1G;x'", 4)
+    command = nccl_active.single_command("/opt/nccl tests/all_reduce_perf", "-b 8 -e '1G;x'", 4)
     assert command == "'/opt/nccl tests/all_reduce_perf' -b 8 -e '1G;x' -g 4"
     with pytest.raises(ValueError, match="nccl_sizes"):
-        runner.nccl_single_command("/x", "-b 'unclosed", 4)
+        nccl_active.single_command("/x", "-b 'unclosed", 4)
 
 
 # ---------------------------------------------------------------- dcgmi diag
@@ -123,7 +122,7 @@ def test_size_arguments_are_quoted_for_the_shell():
 
 def diag(host: Any, timeout_s: float = 30) -> dict[str, Any]:
     outcome = runner.run_on(host, "dcgmi diag -r 2 -j", timeout_s)
-    return runner.dcgm_section(outcome, 2, "dcgm_diag_timeout_s")
+    return dcgm_active.section_of(outcome, 2, "dcgm_diag_timeout_s")
 
 
 def test_dcgmi_replay_and_a_failing_gpu_with_nonzero_exit(standins, local, monkeypatch, tmp_path):
@@ -134,10 +133,9 @@ def test_dcgmi_replay_and_a_failing_gpu_with_nonzero_exit(standins, local, monke
     monkeypatch.setenv("STANDIN_DCGM_RC", "226")
     section = diag(local)
     assert section["rc"] == 226 and section["error"] is None
-    gpus = [{"index": i} for i in range(8)]
-    view = checks.NodeView("n1", {"source": "active", "gpus": gpus, "dcgm": section}, LIMITS)
-    assert checks.evaluate("dcgm_diag_gpu", view, 3).status == "FAIL"
-    assert checks.evaluate("dcgm_diag_gpu", view, 4).status == "PASS"
+    facts = {"source": "active", "gpus": [{"index": i} for i in range(8)], "dcgm": section}
+    assert judge("dcgm_diag_gpu", facts, 3).status == "FAIL"
+    assert judge("dcgm_diag_gpu", facts, 4).status == "PASS"
 
 
 @pytest.mark.parametrize(
@@ -150,7 +148,7 @@ def test_dcgmi_replay_and_a_failing_gpu_with_nonzero_exit(standins, local, monke
 def test_dcgmi_garbage_and_host_engine_down_fail(standins, local, monkeypatch, mode, error, action):
     monkeypatch.setenv("STANDIN_DCGM_DIAG", mode)
     section = diag(local)
-    assert error in section["error"] and action in section["action"]
+    assert error in section["error"] and action in section["advice"]
 
 
 def test_dcgmi_hang_and_missing(standins, local, monkeypatch):
@@ -159,21 +157,18 @@ def test_dcgmi_hang_and_missing(standins, local, monkeypatch):
     assert "timed out: killed after 1 s (dcgm_diag_timeout_s)" in hung["error"]
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     missing = diag(local)
-    assert missing["error"].startswith("dcgmi not found") and "role dcgm" in missing["action"]
+    assert missing["error"].startswith("dcgmi not found") and "role dcgm" in missing["advice"]
+    assert missing["action"] == "FIX_CONFIG"
 
 
 # ---------------------------------------------------------------- multi-node launch + bisection
 
 
 def multi(host: Any, launcher: str, nodes: list[str]) -> dict[str, Any]:
-    command = runner.nccl_multi_command(
+    command = nccl_active.multi_command(
         launcher, "--mca pml ucx", str(STANDINS / "all_reduce_perf"), "-b 8 -e 16G -f 2", nodes, 8
     )
-    return runner.nccl_section(runner.run_on(host, command, 30), nodes, "nccl_timeout_s")
-
-
-def multi_limits() -> Any:
-    return resolve_limits(Expectations("h100-sxm", None, {}), PROFILES, None)
+    return nccl_active.section_of(runner.run_on(host, command, 30), nodes, "nccl_timeout_s")
 
 
 @pytest.mark.parametrize("launcher", ["mpirun", "srun"])
@@ -185,16 +180,13 @@ def test_launchers_get_the_node_set(standins, local, monkeypatch, launcher):
         f"local {launcher} n1,n2",
         f"local {launcher} n1,n3",
     ]
-    view = checks.NodeView
-    assert checks.evaluate("nccl_bandwidth", view("x", {"nccl": fast}, multi_limits())).status == (
-        "PASS"
-    )
-    result = checks.evaluate("nccl_bandwidth", view("x", {"nccl": slow}, multi_limits()))
-    assert result.status == "FAIL" and "2 nodes" in result.message
+    assert judge("nccl_bandwidth", {"nccl": fast}, host="x").status == "PASS"
+    result = judge("nccl_bandwidth", {"nccl": slow}, host="x")
+    assert result.status == "FAIL" and "2 nodes" in result.text
 
 
 def test_mpirun_command_writes_a_hostfile_and_cleans_it_up():
-    command = runner.nccl_multi_command(
+    command = nccl_active.multi_command(
         "mpirun", "-x PATH", "/b/all_reduce_perf", "-b 8", ["a", "b"], 8
     )
     assert "printf '%s slots=8\\n' a b" in command
@@ -313,9 +305,9 @@ def test_full_level_bisection_names_the_slow_node_in_the_verdicts(tmp_path):
     assert "slow node(s): n3" in message
     nodes = run.verdicts["nodes"]
     assert nodes["n3"]["verdict"] == "FAIL"
-    assert nodes["n3"]["reasons"][0].startswith("n3 is slow in multi-node all_reduce (n3+n4: ")
+    assert nodes["n3"]["reasons"][0].startswith("n3: slow in multi-node all_reduce (n3+n4: ")
     assert "n1+n3: 89.9 GB/s" in nodes["n3"]["reasons"][0]
-    assert "NICs" in nodes["n3"]["actions"][0]
+    assert nodes["n3"]["actions"] == ["DRAIN"] and "NICs" in nodes["n3"]["advice"][0]
     for node in ("n1", "n2", "n4"):
         assert nodes[node]["verdict"] == "PASS"
         assert any("bisection named n3" in note for note in nodes[node]["notes"])

@@ -3,44 +3,37 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import pytest
 
-from gpuhealth import checks
-from gpuhealth.config import ProfileSet
-from selftest.facts import H100_TEXT, expected_baseline_skip, healthy_h100, sample, view
-
-PROFILES = ProfileSet()
-
-
-def run(name: str, facts: dict[str, Any], index: int | None = None, **kw: Any) -> checks.Result:
-    return checks.evaluate(name, view(facts, **kw), index)
+from gpuhealth import registry
+from selftest.facts import H100_TEXT, expected_baseline_skip, healthy_h100, sample
+from selftest.facts import judge as run
 
 
 def test_healthy_baseline_passes_every_check():
     facts = healthy_h100()
-    subjects = [(name, None) for name in checks.names("node")]
-    subjects += [(name, i) for i in range(8) for name in checks.names("gpu")]
+    subjects = [(name, None) for name in registry.names("node")]
+    subjects += [(name, i) for i in range(8) for name in registry.names("gpu")]
     for name, index in subjects:
         result = run(name, facts, index)
         skip = expected_baseline_skip(name)
         if skip is None:
-            assert result.status == "PASS", (name, index, result.message)
+            assert result.status == "PASS", (name, index, result.text)
         else:
-            assert result.status == "SKIP" and skip in result.message, (name, result.message)
+            assert result.status == "SKIP" and skip in result.text, (name, result.text)
 
 
 def test_h100_sample_with_hw_slowdown_fails_throttle_on_all_8_gpus():
     facts = sample(H100_TEXT.name)
     results = [run("throttle", facts, i) for i in range(8)]
     assert [r.status for r in results] == ["FAIL"] * 8
-    first = results[0].message
+    first = results[0].text
     assert first.startswith(
         "node17 gpu0 (GPU-ee7954ec-da95-fd7a-ddfd-c6b32cc2f8aa, serial 1650124031592"
     )
     assert "hw_slowdown" in first and "hw_power_brake_slowdown" in first
-    assert "Action:" in first
+    assert ". Action INSPECT: hardware slowdown" in first
 
 
 @pytest.mark.parametrize(
@@ -58,9 +51,9 @@ def test_driver_gate_compares_versions_numerically(version, minimum, status):
     facts = healthy_h100()
     facts["driver"]["version"] = version
     result = run("driver_version", facts, min_driver_version=minimum)
-    assert result.status == status, result.message
+    assert result.status == status, result.text
     if status == "FAIL":
-        assert f"driver {version} is older than the required {minimum}" in result.message
+        assert f"driver {version} is older than the required {minimum}" in result.text
 
 
 @pytest.mark.parametrize(
@@ -75,7 +68,7 @@ def test_driver_gate_compares_versions_numerically(version, minimum, status):
 def test_old_driver_samples_fail_the_gate(name, driver):
     result = run("driver_version", sample(name), profile=None)
     assert result.status == "FAIL"
-    assert driver in result.message
+    assert driver in result.text
 
 
 def test_rtx3060_on_570_passes_recovery_action_and_driver_gate():
@@ -99,8 +92,8 @@ def test_recovery_action_other_than_none_fails_naming_it(value, name, advice):
     facts["gpus"][5]["recovery_action"] = value
     result = run("recovery_action", facts, 5)
     assert result.status == "FAIL"
-    assert f"GPU recovery action is {name} ({value}), expected NONE" in result.message
-    assert advice in result.action
+    assert f"GPU recovery action is {name} ({value}), expected NONE" in result.text
+    assert advice in result.advice
     assert run("recovery_action", facts, 4).status == "PASS"
 
 
@@ -109,7 +102,7 @@ def test_recovery_action_unsupported_fails_only_where_the_profile_requires_it():
     assert run("recovery_action", facts, 0).status == "FAIL"
     result = run("recovery_action", facts, 0, require_recovery_action=False)
     assert result.status == "SKIP"
-    assert "predates the GPU recovery action" in result.message
+    assert "predates the GPU recovery action" in result.text
 
 
 def test_uncorrectable_ecc_fails_with_counts_and_action():
@@ -117,8 +110,8 @@ def test_uncorrectable_ecc_fails_with_counts_and_action():
     facts["gpus"][3]["ecc"]["volatile"]["uncorrected"] = 2
     result = run("ecc_errors", facts, 3)
     assert result.status == "FAIL"
-    assert "volatile uncorrected ECC errors 2 > 0" in result.message
-    assert "RMA" in result.action
+    assert "volatile uncorrected ECC errors 2 > 0" in result.text
+    assert "RMA" in result.advice
     assert run("ecc_errors", facts, 3, max_ecc_uncorrected_volatile=2).status == "PASS"
 
 
@@ -139,7 +132,7 @@ def test_t4_retired_pages_pass_and_pending_fails():
     assert run("retired_pages", facts, 0, profile=None).status == "PASS"
     facts["gpus"][0]["retired_pages"]["pending"] = True
     result = run("retired_pages", facts, 0, profile=None)
-    assert result.status == "FAIL" and "pending" in result.message
+    assert result.status == "FAIL" and "pending" in result.text
 
 
 @pytest.mark.parametrize(("key", "word"), [("pending", "reset"), ("failure", "RMA")])
@@ -148,12 +141,12 @@ def test_row_remapping_pending_or_failed_fails(key, word):
     facts["gpus"][1]["remapped_rows"][key] = True
     result = run("row_remapping", facts, 1)
     assert result.status == "FAIL"
-    assert word in result.action
+    assert word in result.advice
 
 
 def test_row_remapping_not_supported_skips_with_reason():
     result = run("row_remapping", sample("gpud_titanv_560.35.03_query.txt"), 0, profile=None)
-    assert result.status == "SKIP" and "not supported" in result.message
+    assert result.status == "SKIP" and "not supported" in result.text
 
 
 @pytest.mark.parametrize(
@@ -168,7 +161,7 @@ def test_temperature_levels(temp, status, text):
     facts = healthy_h100()
     facts["gpus"][2]["temperature_c"] = temp
     result = run("temperature", facts, 2)
-    assert result.status == status and text in result.message
+    assert result.status == status and text in result.text
 
 
 def test_temperature_too_close_to_the_gpus_own_slowdown_point_fails():
@@ -176,7 +169,7 @@ def test_temperature_too_close_to_the_gpus_own_slowdown_point_fails():
     gpu = facts["gpus"][2]
     gpu["temperature_c"], gpu["temp_slowdown_c"] = 70, 73
     result = run("temperature", facts, 2)
-    assert result.status == "FAIL" and "slowdown point 73 C" in result.message
+    assert result.status == "FAIL" and "slowdown point 73 C" in result.text
 
 
 def test_sw_power_cap_only_warns():
@@ -188,7 +181,7 @@ def test_sw_power_cap_only_warns():
 def test_power_capped_below_sku_fails_and_overdraw_fails():
     facts = healthy_h100()
     facts["gpus"][0]["power_limit_w"] = 500.0
-    assert "below the SKU's 700 W" in run("power", facts, 0).message
+    assert "below the SKU's 700 W" in run("power", facts, 0).text
     facts = healthy_h100()
     facts["gpus"][0]["power_draw_w"] = 760.0
     assert run("power", facts, 0).status == "FAIL"
@@ -198,7 +191,7 @@ def test_pcie_downtrained_width_fails_and_idle_gen_drop_passes():
     facts = healthy_h100()
     facts["gpus"][0]["pcie"]["width_current"] = 8
     result = run("pcie_link", facts, 0)
-    assert result.status == "FAIL" and "x8, expected x16" in result.message
+    assert result.status == "FAIL" and "x8, expected x16" in result.text
     facts = healthy_h100()
     facts["gpus"][0]["pcie"]["gen_current"] = 1
     assert run("pcie_link", facts, 0).status == "WARN"
@@ -210,7 +203,7 @@ def test_nvlink_link_down_fails_naming_the_link():
     facts = healthy_h100()
     facts["gpus"][6]["nvlink"][11]["up"] = False
     result = run("nvlink", facts, 6)
-    assert result.status == "FAIL" and "17 of 18 NVLink links up (links down: 11)" in result.message
+    assert result.status == "FAIL" and "17 of 18 NVLink links up (links down: 11)" in result.text
 
 
 def test_nvlink_expected_but_unsupported_fails_and_pcie_profiles_skip():
@@ -222,7 +215,7 @@ def test_nvlink_expected_but_unsupported_fails_and_pcie_profiles_skip():
 
 def test_stray_processes_fail_with_pids():
     result = run("idle_processes", sample("telegraf_tesla-t4_515.105.01_v11.xml"), 0, profile=None)
-    assert result.status == "FAIL" and "pid 5762 (python, 1005 MiB)" in result.message
+    assert result.status == "FAIL" and "pid 5762 (python, 1005 MiB)" in result.text
     facts = sample("telegraf_tesla-t4_515.105.01_v11.xml")
     assert run("idle_processes", facts, 0, profile=None, expect_idle=False).status == "SKIP"
 
@@ -231,18 +224,22 @@ def test_missing_gpu_fails_every_gpu_check_of_its_index():
     facts = healthy_h100()
     del facts["gpus"][7]
     facts["gpu_count"] = 7
-    assert run("gpu_count", facts).message.startswith(
+    assert run("gpu_count", facts).text.startswith(
         "node17: expected 8 GPUs, found 7; 8 NVIDIA GPUs on the PCI bus."
     )
-    for name in checks.names("gpu"):
+    for name in registry.names("gpu"):
         result = run(name, facts, 7)
-        if checks.REGISTRY[name].level != "quick":
+        if registry.checks()[name].level != "quick":
             continue  # a load test that was not run says so before it looks for GPUs
-        assert result.status == "FAIL", (name, result.message)
-        assert "expected 8 GPUs, found 7: GPU index 7 missing on node17" in result.message
+        assert result.status == "FAIL", (name, result.text)
+        assert "expected 8 GPUs, found 7: GPU index 7 missing on node17" in result.text
 
 
-GPU_MODULES = {"gpuhealth.checks.gpu", "gpuhealth.checks.kernel", "gpuhealth.checks.memory"}
+GPU_MODULES = {
+    "gpuhealth.families.gpu.checks",
+    "gpuhealth.families.kernel.checks",
+    "gpuhealth.families.reclaim.checks",
+}
 
 
 def no_gpu_machine() -> dict:
@@ -256,15 +253,15 @@ def no_gpu_machine() -> dict:
 
 def test_no_gpu_machine_skips_unless_gpus_are_expected():
     facts = no_gpu_machine()
-    for name in checks.names("node") + checks.names("gpu"):
-        index = 0 if checks.REGISTRY[name].scope == "gpu" else None
+    for name in registry.names("node") + registry.names("gpu"):
+        index = 0 if registry.checks()[name].scope == "gpu" else None
         result = run(name, facts, index, profile=None)
-        assert result.status in ("PASS", "SKIP"), (name, result.message)
-        if checks.REGISTRY[name].fn.__module__ in GPU_MODULES:
-            assert result.status == "SKIP" and "no NVIDIA GPU/driver on node17" in result.message
+        assert result.status in ("PASS", "SKIP"), (name, result.text)
+        if registry.checks()[name].fn.__module__ in GPU_MODULES:
+            assert result.status == "SKIP" and "no NVIDIA GPU/driver on node17" in result.text
     assert run("host_resources", facts, profile=None).status == "PASS"
-    assert run("gpu_count", facts, profile=None, gpu_count=8).message.startswith(
-        "node17: expected 8 GPUs, found 0; 0 NVIDIA GPUs on the PCI bus. Action:"
+    assert run("gpu_count", facts, profile=None, gpu_count=8).text.startswith(
+        "node17: expected 8 GPUs, found 0; 0 NVIDIA GPUs on the PCI bus. Action RMA:"
     )
     assert run("driver_version", facts, profile=None, gpu_count=8).status == "FAIL"
     assert run("temperature", facts, 3, profile=None, gpu_count=8).status == "FAIL"
@@ -279,14 +276,14 @@ def test_gpus_on_the_bus_without_driver_fail_the_driver_gate():
     result = run("driver_version", facts, profile=None)
     assert (
         result.status == "FAIL"
-        and "8 NVIDIA GPUs on the PCI bus but no NVIDIA driver" in result.message
+        and "8 NVIDIA GPUs on the PCI bus but no NVIDIA driver" in result.text
     )
 
 
 def test_truncated_evidence_is_not_evaluated_not_passed():
     facts = sample("gpud_h100_535.183.01_query_truncated.txt", live=False)
     result = run("ecc_errors", facts, 5)
-    assert result.status == "SKIP" and "not evaluated" in result.message
+    assert result.status == "SKIP" and "not evaluated" in result.text
 
 
 @pytest.mark.parametrize("kind", ["error", "timeout"])
@@ -297,7 +294,7 @@ def test_data_the_probe_failed_to_get_fails(kind):
     gpu["unavailable"]["temperature_c"] = {"kind": kind, "detail": "nvmlDeviceGetTemperature hung"}
     result = run("temperature", facts, 4)
     assert result.status == "FAIL"
-    assert "could not read GPU temperature: nvmlDeviceGetTemperature hung" in result.message
+    assert "could not read GPU temperature: nvmlDeviceGetTemperature hung" in result.text
 
 
 def test_null_without_reason_is_a_failure_not_a_pass():
@@ -310,7 +307,7 @@ def test_mixed_vbios_families_fail_uniformity():
     facts = healthy_h100()
     facts["gpus"][3]["vbios_version"] = "97.00.01.00.01"
     result = run("gpu_uniformity", facts)
-    assert result.status == "FAIL" and "gpu3 97.00.01.00.01" in result.message
+    assert result.status == "FAIL" and "gpu3 97.00.01.00.01" in result.text
     assert run("gpu_uniformity", healthy_h100(), vbios_prefix="96.00.74").status == "PASS"
     assert run("gpu_uniformity", healthy_h100(), vbios_prefix="96.00.99").status == "FAIL"
 
@@ -318,15 +315,15 @@ def test_mixed_vbios_families_fail_uniformity():
 def test_persistence_mode_off_fails():
     facts = healthy_h100()
     facts["gpus"][2]["persistence_mode"] = False
-    assert "persistence mode off on gpu2" in run("persistence_mode", facts).message
+    assert "persistence mode off on gpu2" in run("persistence_mode", facts).text
 
 
 def test_checks_do_not_modify_the_facts():
     facts = sample(H100_TEXT.name)
     before = copy.deepcopy(facts)
-    for name in checks.names("node"):
+    for name in registry.names("node"):
         run(name, facts)
-    for name in checks.names("gpu"):
+    for name in registry.names("gpu"):
         run(name, facts, 0)
     assert facts == before
 
@@ -337,16 +334,14 @@ def test_idle_processes_judges_what_is_left_after_the_reclaim_wait():
     facts["gpus"][6].update(processes=[job], memory_used_mib=20480)
     # The job exited during the probe's reclaim wait: nothing is left to blame.
     result = run("idle_processes", facts, 6)
-    assert result.status == "PASS" and "memory: see memory_reclaim" in result.message
+    assert result.status == "PASS" and "memory: see memory_reclaim" in result.text
     facts["memory_reclaim"]["gpus"][6]["processes"] = [job]
     assert (
         "stray compute processes: pid 4242 (python, 20480 MiB)"
-        in run("idle_processes", facts, 6).message
+        in run("idle_processes", facts, 6).text
     )
     # Without a reclaim wait (a saved log), the first look is judged, memory included.
     del facts["memory_reclaim"]
     facts["gpus"][6]["processes"] = []
     result = run("idle_processes", facts, 6)
-    assert (
-        result.status == "FAIL" and "20480 MiB GPU memory in use on an idle GPU" in result.message
-    )
+    assert result.status == "FAIL" and "20480 MiB GPU memory in use on an idle GPU" in result.text

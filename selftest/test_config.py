@@ -7,15 +7,15 @@ import re
 import pytest
 
 from gpuhealth.config import (
-    PROFILE_KEYS,
     ConfigError,
     Expectations,
     ProfileSet,
     expectations_from_vars,
+    limits_model,
     resolve_limits,
 )
+from selftest.facts import PROFILES
 
-PROFILES = ProfileSet()
 REQUIRED = [
     "h100-sxm",
     "h200-sxm",
@@ -32,8 +32,8 @@ REQUIRED = [
 def test_required_profiles_exist_and_resolve_every_key():
     assert set(REQUIRED) <= set(PROFILES.names)
     for name in PROFILES.names:
-        limits = PROFILES.get(name).limits
-        assert set(PROFILE_KEYS) - {"extends"} <= set(limits), name
+        values = PROFILES.get(name).values
+        assert set(limits_model().model_fields) == set(values), name
 
 
 @pytest.mark.parametrize(
@@ -57,23 +57,23 @@ def test_profile_is_matched_by_product_name(product, profile):
 
 def test_inherited_and_overridden_values():
     h200 = PROFILES.get("h200-sxm")
-    assert h200["nvlink_links_expected"] == 18 and h200["gpu_count"] == 8
-    assert h200["temp_fail_c"] == PROFILES.get("default")["temp_fail_c"]
+    assert h200.values["nvlink_links_expected"] == 18 and h200.values["gpu_count"] == 8
+    assert h200.values["temp_fail_c"] == PROFILES.get("default").values["temp_fail_c"]
     expect = expectations_from_vars(
         "n1", {"gpu_profile": "h100-sxm", "temp_fail_c": 80, "ansible_host": "10.0.0.1"}, PROFILES
     )
     limits = resolve_limits(expect, PROFILES, "NVIDIA L4")
-    assert limits.name == "h100-sxm" and limits["temp_fail_c"] == 80
+    assert limits.name == "h100-sxm" and limits.values["temp_fail_c"] == 80
 
 
 def test_driver_branch_var_is_the_driver_gate_minimum():
     expect = expectations_from_vars("n1", {"nvidia_driver_branch": "575"}, PROFILES)
-    assert resolve_limits(expect, PROFILES, None)["min_driver_version"] == "575"
+    assert resolve_limits(expect, PROFILES, None).values["min_driver_version"] == "575"
 
 
 def test_inventory_gpu_count_overrides_the_profile():
     limits = resolve_limits(Expectations("h100-sxm", 4, {}), PROFILES, None)
-    assert limits["gpu_count"] == 4
+    assert limits.values["gpu_count"] == 4
 
 
 @pytest.mark.parametrize(
@@ -121,5 +121,5 @@ def test_bad_profile_files_are_one_clear_error(tmp_path, text, message):
 def test_user_profile_directory_adds_profiles(tmp_path):
     (tmp_path / "h100-lab.yml").write_text("extends: h100-sxm\ngpu_count: 4\ntemp_warn_c: 70\n")
     profiles = ProfileSet(tmp_path)
-    assert profiles.get("h100-lab")["gpu_count"] == 4
-    assert profiles.get("h100-lab")["nvlink_links_expected"] == 18
+    assert profiles.get("h100-lab").values["gpu_count"] == 4
+    assert profiles.get("h100-lab").values["nvlink_links_expected"] == 18

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from gpuhealth import checks
-from gpuhealth.config import Expectations, ProfileSet, resolve_limits
-from gpuhealth.parsers import ParseError, dcgm
+from gpuhealth.families.dcgm import evidence
+from gpuhealth.families.dcgm import parse_dcgm as dcgm
+from gpuhealth.parsing import ParseError
+from selftest.facts import judge
 
 DATA = Path(__file__).parent / "data" / "dcgm"
-PROFILES = ProfileSet()
 R1 = "vc_dcgmi_diag_r1.json"
 R2 = "vc_dcgmi_diag_r2.json"
 HEALTH = "vc_dcgmi_health_check.json"
@@ -52,16 +52,14 @@ def dcgm4_failing_gpu3() -> str:
 
 
 def diag_section(text: str, level: int | None = 3) -> dict[str, Any]:
-    found = dcgm.diag_evidence(text)["dcgm"]
+    found = evidence.diag_evidence(text)["dcgm"]
     found["level"] = level
     return found
 
 
 def evaluate(name: str, facts: dict[str, Any], index: int | None = None, **overrides: Any):
     gpus = [{"index": i, "uuid": f"GPU-{i}", "serial": f"16501240315{i:02d}"} for i in range(8)]
-    doc = {"source": "evidence-file", "gpus": gpus, **facts}
-    limits = resolve_limits(Expectations("h100-sxm", None, overrides), PROFILES, None)
-    return checks.evaluate(name, checks.NodeView("node17", doc, limits), index)
+    return judge(name, {"source": "evidence-file", "gpus": gpus, **facts}, index, **overrides)
 
 
 # ---------------------------------------------------------------- parsers
@@ -190,22 +188,22 @@ def health_with_incident(health: str) -> str:
 def test_level_1_passes_the_node_and_runs_nothing_per_gpu():
     facts = {"dcgm": diag_section((DATA / R1).read_text(), 1)}
     node = evaluate("dcgm_diag", facts)
-    assert node.status == "PASS", node.message
-    assert "dcgmi diag -r 1 (DCGM 3.x): 9 results passed" in node.message
+    assert node.status == "PASS", node.text
+    assert "dcgmi diag -r 1 (DCGM 3.x): 9 results passed" in node.text
     gpu = evaluate("dcgm_diag_gpu", facts, 0)
-    assert gpu.status == "SKIP" and "no per-GPU tests" in gpu.message
+    assert gpu.status == "SKIP" and "no per-GPU tests" in gpu.text
 
 
 def test_level_2_per_gpu_results_pass_on_their_gpu():
     facts = {"dcgm": diag_section((DATA / R2).read_text(), 2)}
     result = evaluate("dcgm_diag_gpu", facts, 0)
-    assert result.status == "PASS" and "PCIe, GPU Memory passed" in result.message
+    assert result.status == "PASS" and "PCIe, GPU Memory passed" in result.text
 
 
 def test_a_gpu_dcgm_has_no_result_for_fails():
     facts = {"dcgm": diag_section((DATA / R2).read_text(), 2)}
     result = evaluate("dcgm_diag_gpu", facts, 5)
-    assert result.status == "FAIL" and "no result for GPU 5" in result.message
+    assert result.status == "FAIL" and "no result for GPU 5" in result.text
 
 
 def test_4x_level_3_passes_every_gpu():
@@ -219,10 +217,10 @@ def test_fail_fails_that_gpu_only_with_dcgm_message_and_rma_action():
     facts = {"dcgm": diag_section(dcgm4_failing_gpu3())}
     failed = evaluate("dcgm_diag_gpu", facts, 3)
     assert failed.status == "FAIL"
-    assert failed.message.startswith("node17 gpu3 (GPU-3, serial 1650124031503)")
-    assert "diagnostic Fail: GPU 3 calculated at approximately 412.00 gigaflops" in failed.message
-    assert "(DCGM error 83)" in failed.message
-    assert "RMA" in failed.action and "-i 3" in failed.action
+    assert failed.text.startswith("node17 gpu3 (GPU-3, serial 1650124031503)")
+    assert "diagnostic Fail: GPU 3 calculated at approximately 412.00 gigaflops" in failed.text
+    assert "(DCGM error 83)" in failed.text
+    assert "RMA" in failed.advice and "-i 3" in failed.advice
     assert evaluate("dcgm_diag_gpu", facts, 2).status == "PASS"
     assert evaluate("dcgm_diag", facts).status == "PASS"
 
@@ -238,9 +236,9 @@ def test_warn_warns_and_skip_skips_with_the_reason():
     results[2]["info"] = ["not supported on this device"]
     facts = {"dcgm": diag_section(json.dumps(doc))}
     warned = evaluate("dcgm_diag_gpu", facts, 1)
-    assert warned.status == "WARN" and "clocks throttled" in warned.message
+    assert warned.status == "WARN" and "clocks throttled" in warned.text
     skipped = evaluate("dcgm_diag_gpu", facts, 2)
-    assert skipped.status == "SKIP" and "not supported on this device" in skipped.message
+    assert skipped.status == "SKIP" and "not supported on this device" in skipped.text
 
 
 def test_failed_deployment_test_fails_the_node():
@@ -253,34 +251,34 @@ def test_failed_deployment_test_fails_the_node():
     facts = {"dcgm": diag_section(json.dumps(doc), 1)}
     result = evaluate("dcgm_diag", facts)
     assert result.status == "FAIL"
-    assert "Persistence Mode Fail: Persistence mode for GPU 0 is disabled." in result.message
+    assert "Persistence Mode Fail: Persistence mode for GPU 0 is disabled." in result.text
 
 
 def test_runtime_error_and_empty_results_fail():
     stopped = {"dcgm": diag_section('{"DCGM Diagnostic": {"runtime_error": "GPU 2 is busy"}}')}
     result = evaluate("dcgm_diag", stopped)
-    assert result.status == "FAIL" and "stopped: GPU 2 is busy" in result.message
+    assert result.status == "FAIL" and "stopped: GPU 2 is busy" in result.text
     empty = {"dcgm": diag_section('{"DCGM GPU Diagnostic": {"version": "4.2.3"}}')}
     assert evaluate("dcgm_diag", empty).status == "FAIL"
 
 
 def test_a_diag_that_did_not_run_fails_the_node_and_skips_the_gpus():
     section = {"level": 2, "error": "dcgmi not found: sh: 1: dcgmi: not found", "diag": None}
-    section["action"] = "install DCGM"
+    section.update(action="FIX_CONFIG", advice="install DCGM")
     node = evaluate("dcgm_diag", {"dcgm": section})
-    assert node.status == "FAIL" and "did not run: dcgmi not found" in node.message
+    assert node.status == "FAIL" and "did not run: dcgmi not found" in node.text
     assert evaluate("dcgm_diag_gpu", {"dcgm": section}, 0).status == "SKIP"
 
 
 def test_health_healthy_passes_warning_warns_failure_fails():
     def health(text: str) -> dict[str, Any]:
-        return {"dcgm_health": dcgm.health_evidence(text)["dcgm_health"]}
+        return {"dcgm_health": evidence.health_evidence(text)["dcgm_health"]}
 
     assert evaluate("dcgm_health", health((DATA / HEALTH).read_text())).status == "PASS"
     warned = evaluate("dcgm_health", health(health_with_incident("Warning")))
-    assert warned.status == "WARN" and "GPU 3 PCIe system Warning" in warned.message
+    assert warned.status == "WARN" and "GPU 3 PCIe system Warning" in warned.text
     failed = evaluate("dcgm_health", health(health_with_incident("Failure")))
-    assert failed.status == "FAIL" and "PCIe replays" in failed.message
+    assert failed.status == "FAIL" and "PCIe replays" in failed.text
 
 
 @pytest.mark.parametrize(
@@ -292,16 +290,17 @@ def test_health_healthy_passes_warning_warns_failure_fails():
     ],
 )
 def test_health_that_cannot_be_read_fails_with_the_fix(detail, action):
-    section = {"expected": True, "health": None}
+    section: dict[str, Any] = {"health": None}
     section["unavailable"] = {"health": {"kind": "error", "detail": detail}}
     result = evaluate("dcgm_health", {"dcgm_health": section})
-    assert result.status == "FAIL" and detail in result.message
-    assert action in result.action
+    assert result.status == "FAIL" and detail in result.text
+    assert action in result.advice
 
 
 def test_health_skips_where_dcgm_is_not_expected():
-    result = evaluate("dcgm_health", {"dcgm_health": {"expected": False}})
-    assert result.status == "SKIP" and "dcgm_installed: false" in result.message
+    skipped = {"skipped": "DCGM not expected on this host (dcgm_installed: false)"}
+    result = evaluate("dcgm_health", {"dcgm_health": skipped})
+    assert result.status == "SKIP" and "dcgm_installed: false" in result.text
 
 
 # ---------------------------------------------------------------- triage

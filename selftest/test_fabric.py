@@ -14,18 +14,16 @@ from typing import Any
 
 import pytest
 
-from gpuhealth import checks
-from gpuhealth.config import (
-    ConfigError,
-    Expectations,
-    ProfileSet,
-    expectations_from_vars,
-    resolve_limits,
-)
-from gpuhealth.parsers import ParseError, fi_info, rdma_sysfs
-from gpuhealth.probe import fabric
+from gpuhealth import registry
+from gpuhealth.config import ConfigError, ProfileSet, expectations_from_vars
+from gpuhealth.families.fabric import parse_fi_info as fi_info
+from gpuhealth.families.fabric import parse_rdma as rdma_sysfs
+from gpuhealth.families.fabric import probe as fabric
+from gpuhealth.parsing import ParseError
 from gpuhealth.probe.main import collect
-from selftest.facts import healthy_h100
+from selftest.facts import PROFILES, healthy_h100, limits, probe_config
+from selftest.facts import judge as judge_facts
+from selftest.facts import probe as run_probe
 from selftest.suite import run_suite
 
 DATA = Path(__file__).parent / "data" / "efa"
@@ -33,25 +31,19 @@ FI_INFO_P4DE = DATA / "awesome-networking_p4de_fi_info_efa_rdm_4dev.txt"
 IB_ROOT = DATA / "h100-ib-root"
 IB_CLASS = IB_ROOT / "sys" / "class" / "infiniband"
 P4DE_DEVICES = ["rdmap16s27", "rdmap32s27", "rdmap144s27", "rdmap160s27"]
-PROFILES = ProfileSet()
-FABRIC_CHECKS = [c.name for c in checks.REGISTRY.values() if c.family == "fabric"]
+FABRIC_CHECKS = [c.name for c in registry.checks().values() if c.family == "fabric"]
 IB = {"fabric": "infiniband", "ib_ports_expected": 8}
 
 
 def judge(name: str, section: dict[str, Any], profile: str = "h100-sxm", **overrides: Any):
     """One fabric check on a live-looking facts document holding `section` as `fabric`."""
-    limits = resolve_limits(Expectations(profile, None, overrides), PROFILES, None)
-    facts = {"source": "nvml", "fabric": section}
-    return checks.evaluate(name, checks.NodeView("node17", facts, limits))
+    return judge_facts(name, {"source": "nvml", "fabric": section}, None, profile, **overrides)
 
 
 def probe(root: Path | str, profile: str = "default", **overrides: Any) -> dict[str, Any]:
     """The probe's fabric section for a root, told what the profile + inventory expect."""
-    limits = resolve_limits(Expectations(profile, None, overrides), PROFILES, None)
-    errors: list[dict[str, Any]] = []
-    section = fabric.collect({"root": str(root), "expect": limits.limits}, errors)
-    section["probe_errors"] = errors
-    return section
+    sections, errors = run_probe("fabric", root, **limits(profile, **overrides).values)
+    return {**sections["fabric"], "probe_errors": errors}
 
 
 def ib_section() -> dict[str, Any]:
@@ -196,7 +188,7 @@ def test_probe_reads_the_h100_sysfs_copy_through_root():
 
 
 def test_fabric_is_a_subprobe_of_the_probe():
-    doc = collect({"root": str(IB_ROOT)})
+    doc = collect(probe_config(IB_ROOT))
     assert len(doc["fabric"]["devices"]) == 9
     json.dumps(doc)
 
@@ -234,26 +226,26 @@ def test_p4de_fi_info_passes_p4de_and_fails_p5(tmp_path, fi_info_on_path):
     section = probe(efa_tree(tmp_path, P4DE_DEVICES), "p4de.24xlarge")
     for name in ("efa_device_count", "efa_fi_info", "efa_ports_active"):
         result = judge(name, section, "p4de.24xlarge")
-        assert result.status == "PASS", result.message
-    ok = judge("efa_fi_info", section, "p4de.24xlarge").message
+        assert result.status == "PASS", result.text
+    ok = judge("efa_fi_info", section, "p4de.24xlarge").text
     assert "4 EFA RDM domains as expected" in ok and "libfabric 1.19.0" in ok
     wrong = judge("efa_fi_info", section, "p5.48xlarge")
     assert wrong.status == "FAIL"
-    assert "expected 32, found 4" in wrong.message and "libfabric 1.19.0" in wrong.message
+    assert "expected 32, found 4" in wrong.text and "libfabric 1.19.0" in wrong.text
     count = judge("efa_device_count", section, "p5.48xlarge")
-    assert count.status == "FAIL" and "expected 32 EFA devices, found 4" in count.message
-    assert "mlx5_0" not in count.message.split("Action")[0]
+    assert count.status == "FAIL" and "expected 32 EFA devices, found 4" in count.text
+    assert "mlx5_0" not in count.text.split("Action")[0]
 
 
 def test_efa_host_with_no_devices_fails_count_and_ports(tmp_path, fi_info_on_path):
     fi_info_on_path("echo 'fi_getinfo: -61 (No data available)' >&2\nexit 61\n")
     section = probe(tmp_path, "p5.48xlarge")
     count = judge("efa_device_count", section, "p5.48xlarge")
-    assert count.status == "FAIL" and "node17: expected 32 EFA devices, found 0" in count.message
-    assert "efa kernel module" in count.action
+    assert count.status == "FAIL" and "node17: expected 32 EFA devices, found 0" in count.text
+    assert "efa kernel module" in count.advice
     assert judge("efa_ports_active", section, "p5.48xlarge").status == "FAIL"
     info = judge("efa_fi_info", section, "p5.48xlarge")
-    assert info.status == "FAIL" and "found no EFA device (fi_getinfo -61)" in info.message
+    assert info.status == "FAIL" and "found no EFA device (fi_getinfo -61)" in info.text
     assert section["fi_info"]["rc"] == 61
 
 
@@ -261,8 +253,8 @@ def test_efa_port_down_fails_naming_device_and_port(tmp_path):
     root = efa_tree(tmp_path, P4DE_DEVICES, {"rdmap144s27": "1: DOWN"})
     result = judge("efa_ports_active", probe(root), "p4de.24xlarge")
     assert result.status == "FAIL"
-    assert "rdmap144s27 port 1 DOWN (1)" in result.message
-    assert "rdmap16s27" not in result.message
+    assert "rdmap144s27 port 1 DOWN (1)" in result.text
+    assert "rdmap16s27" not in result.text
 
 
 def test_missing_fi_info_fails_with_an_install_hint(tmp_path, monkeypatch):
@@ -271,8 +263,8 @@ def test_missing_fi_info_fails_with_an_install_hint(tmp_path, monkeypatch):
     section = probe(efa_tree(tmp_path, P4DE_DEVICES), "p4de.24xlarge")
     assert section["fi_info"]["status"] == "not_installed"
     result = judge("efa_fi_info", section, "p4de.24xlarge")
-    assert result.status == "FAIL" and "fi_info is not installed" in result.message
-    assert "efa_installer.sh" in result.action
+    assert result.status == "FAIL" and "fi_info is not installed" in result.text
+    assert "efa_installer.sh" in result.advice
 
 
 def test_fi_info_in_the_efa_installer_folder_is_found(tmp_path, monkeypatch):
@@ -291,13 +283,13 @@ def test_hung_fi_info_fails_within_its_timeout(tmp_path, fi_info_on_path):
     assert section["fi_info"]["status"] == "timeout"
     assert any(e.get("call") == "fi_info" for e in section["probe_errors"])
     result = judge("efa_fi_info", section, "p4de.24xlarge")
-    assert result.status == "FAIL" and "timed out after 1 s" in result.message
+    assert result.status == "FAIL" and "timed out after 1 s" in result.text
 
 
 def test_fi_info_not_run_by_the_probe_fails_a_live_efa_host(tmp_path):
     section = probe(efa_tree(tmp_path, P4DE_DEVICES))
     result = judge("efa_fi_info", section, "p4de.24xlarge")
-    assert result.status == "FAIL" and "the probe did not run fi_info" in result.message
+    assert result.status == "FAIL" and "the probe did not run fi_info" in result.text
 
 
 # ---------------------------------------------------------------- InfiniBand checks
@@ -307,11 +299,11 @@ def test_h100_ib_ports_pass_count_state_rate_and_firmware_with_the_bond_ignored(
     section = ib_section()
     results = {n: judge(n, section, **IB) for n in FABRIC_CHECKS if n.startswith("ib_")}
     for name in ("ib_port_count", "ib_port_state", "ib_port_rate", "ib_firmware_uniform"):
-        assert results[name].status == "PASS", results[name].message
-    assert "found 8 InfiniBand ports as expected" in results["ib_port_count"].message
-    assert "not counted: mlx5_bond_0 port 1 (Ethernet)" in results["ib_port_count"].message
-    assert "all 8 ports >= 400 Gb/s" in results["ib_port_rate"].message
-    assert "28.41.1000 on 8 MT4129 HCAs" in results["ib_firmware_uniform"].message
+        assert results[name].status == "PASS", results[name].text
+    assert "found 8 InfiniBand ports as expected" in results["ib_port_count"].text
+    assert "not counted: mlx5_bond_0 port 1 (Ethernet)" in results["ib_port_count"].text
+    assert "all 8 ports >= 400 Gb/s" in results["ib_port_rate"].text
+    assert "28.41.1000 on 8 MT4129 HCAs" in results["ib_firmware_uniform"].text
 
 
 def test_link_downed_255_on_mlx5_1_fails_the_counter_check():
@@ -324,16 +316,16 @@ def test_link_downed_255_on_mlx5_1_fails_the_counter_check():
         ib_max_excessive_buffer_overrun_errors=15,
     )
     assert result.status == "FAIL"
-    assert "node17: mlx5_1 port 1: link_downed 255 (saturated) > 0" in result.message
-    assert "mlx5_0" not in result.message
-    assert "cable or transceiver" in result.action and "switch port" in result.action
+    assert "node17: mlx5_1 port 1: link_downed 255 (saturated) > 0" in result.text
+    assert "mlx5_0" not in result.text
+    assert "cable or transceiver" in result.advice and "switch port" in result.advice
 
 
 def test_default_counter_limits_also_flag_the_samples_rcv_and_overrun_errors():
     result = judge("ib_error_counters", ib_section(), **IB)
     assert result.status == "FAIL"
-    assert "mlx5_0 port 1: port_rcv_errors 14 > 0" in result.message
-    assert "excessive_buffer_overrun_errors 15 (saturated) > 0" in result.message
+    assert "mlx5_0 port 1: port_rcv_errors 14 > 0" in result.text
+    assert "excessive_buffer_overrun_errors 15 (saturated) > 0" in result.text
 
 
 def test_counter_limits_set_to_null_skip_the_counter_check():
@@ -356,12 +348,12 @@ def test_missing_counter_fails_never_passes():
         ib_max_port_rcv_errors=20,
         ib_max_excessive_buffer_overrun_errors=15,
     )
-    assert result.status == "FAIL" and "mlx5_5 port 1: symbol_error not reported" in result.message
+    assert result.status == "FAIL" and "mlx5_5 port 1: symbol_error not reported" in result.text
 
 
 def test_port_count_below_expected_fails():
     result = judge("ib_port_count", ib_section(), fabric="infiniband", ib_ports_expected=10)
-    assert result.status == "FAIL" and "expected 10 InfiniBand ports, found 8" in result.message
+    assert result.status == "FAIL" and "expected 10 InfiniBand ports, found 8" in result.text
 
 
 def test_ib_devices_can_add_the_bond_and_a_missing_one_fails():
@@ -370,13 +362,13 @@ def test_ib_devices_can_add_the_bond_and_a_missing_one_fails():
     with_bond = judge(
         "ib_port_count", section, fabric="infiniband", ib_ports_expected=9, ib_devices=names
     )
-    assert with_bond.status == "PASS", with_bond.message
+    assert with_bond.status == "PASS", with_bond.text
     firmware = judge("ib_firmware_uniform", section, fabric="infiniband", ib_devices=names)
-    assert firmware.status == "PASS" and "32.38.3056 on 1 MT41692 HCAs" in firmware.message
+    assert firmware.status == "PASS" and "32.38.3056 on 1 MT41692 HCAs" in firmware.text
     rate = judge("ib_port_rate", section, fabric="infiniband", ib_devices=names)
-    assert rate.status == "FAIL" and "mlx5_bond_0 port 1 200 Gb/s" in rate.message
+    assert rate.status == "FAIL" and "mlx5_bond_0 port 1 200 Gb/s" in rate.text
     missing = judge("ib_port_count", section, fabric="infiniband", ib_devices=[*names, "mlx5_2"])
-    assert missing.status == "FAIL" and "mlx5_2: listed in ib_devices, not found" in missing.message
+    assert missing.status == "FAIL" and "mlx5_2: listed in ib_devices, not found" in missing.text
 
 
 def test_down_port_slow_port_and_odd_firmware_fail_their_checks():
@@ -387,12 +379,12 @@ def test_down_port_slow_port_and_odd_firmware_fail_their_checks():
     next(d for d in section["devices"] if d["name"] == "mlx5_7")["fw_ver"] = "28.39.1002"
     state = judge("ib_port_state", section, **IB)
     assert state.status == "FAIL"
-    assert "mlx5_6 port 1 state INIT (2), phys_state Polling (2)" in state.message
-    assert "mlx5_0" not in state.message and "subnet manager" in state.action
+    assert "mlx5_6 port 1 state INIT (2), phys_state Polling (2)" in state.text
+    assert "mlx5_0" not in state.text and "subnet manager" in state.advice
     rate = judge("ib_port_rate", section, **IB)
-    assert rate.status == "FAIL" and "below 400 Gb/s: mlx5_4 port 1 200 Gb/s" in rate.message
+    assert rate.status == "FAIL" and "below 400 Gb/s: mlx5_4 port 1 200 Gb/s" in rate.text
     fw = judge("ib_firmware_uniform", section, **IB)
-    assert fw.status == "FAIL" and "mlx5_6, mlx5_8, mlx5_9; 28.39.1002 on mlx5_7" in fw.message
+    assert fw.status == "FAIL" and "mlx5_6, mlx5_8, mlx5_9; 28.39.1002 on mlx5_7" in fw.text
 
 
 def test_without_a_minimum_rate_a_port_slower_than_its_peers_fails():
@@ -400,8 +392,8 @@ def test_without_a_minimum_rate_a_port_slower_than_its_peers_fails():
     mlx5_4 = next(d for d in section["devices"] if d["name"] == "mlx5_4")
     mlx5_4["ports"][0].update(rate="100 Gb/sec (4X EDR)", rate_gbps=100.0)
     result = judge("ib_port_rate", section, "default", **IB)
-    assert result.status == "FAIL" and "the fastest port's rate" in result.message
-    assert "mlx5_4 port 1 100 Gb/s" in result.message
+    assert result.status == "FAIL" and "the fastest port's rate" in result.text
+    assert "mlx5_4 port 1 100 Gb/s" in result.text
 
 
 def test_ib_host_without_ports_fails_every_ib_check(tmp_path):
@@ -409,13 +401,13 @@ def test_ib_host_without_ports_fails_every_ib_check(tmp_path):
     for name in ("ib_port_count", "ib_port_state", "ib_port_rate", "ib_firmware_uniform"):
         result = judge(name, section, **IB)
         assert result.status == "FAIL", name
-    assert "expected 8 InfiniBand ports, found 0" in judge("ib_port_count", section, **IB).message
+    assert "expected 8 InfiniBand ports, found 0" in judge("ib_port_count", section, **IB).text
 
 
 def test_efa_fabric_on_the_ib_node_fails_naming_the_unbound_devices():
     result = judge("efa_device_count", ib_section(), "p5.48xlarge")
     assert result.status == "FAIL"
-    assert "expected 32 EFA devices, found 0; 9 RDMA devices with no driver link" in result.message
+    assert "expected 32 EFA devices, found 0; 9 RDMA devices with no driver link" in result.text
 
 
 # ---------------------------------------------------------------- not this host's fabric
@@ -430,7 +422,7 @@ def test_checks_of_another_fabric_skip_with_the_reason(tmp_path, fabric_name):
             continue
         result = judge(name, section, fabric=fabric_name)
         assert result.status == "SKIP", name
-        assert f"(fabric: {fabric_name}, from profile h100-sxm" in result.message
+        assert f"(fabric: {fabric_name}, from profile h100-sxm" in result.text
 
 
 def test_fabric_key_accepts_only_known_fabrics(tmp_path):
@@ -453,10 +445,14 @@ def test_instance_profiles_extend_their_gpu_profile():
     }
     for name, (gpu_profile, devices) in expected.items():
         limits = PROFILES.get(name)
-        assert limits["fabric"] == "efa" and limits["efa_devices_expected"] == devices, name
+        assert (
+            limits.values["fabric"] == "efa" and limits.values["efa_devices_expected"] == devices
+        ), name
         parent = PROFILES.get(gpu_profile)
-        assert limits["nvlink_links_expected"] == parent["nvlink_links_expected"], name
-        assert limits["min_power_limit_w"] == parent["min_power_limit_w"], name
+        assert limits.values["nvlink_links_expected"] == parent.values["nvlink_links_expected"], (
+            name
+        )
+        assert limits.values["min_power_limit_w"] == parent.values["min_power_limit_w"], name
     assert PROFILES.match("NVIDIA A100-SXM4-40GB").name == "a100-sxm-40gb"
 
 
@@ -569,7 +565,8 @@ def test_suite_judges_fabric_sections_of_saved_facts(tmp_path, fi_info_on_path):
     assert nodes["ib1"]["reasons"] == [
         "ib1: mlx5_1 port 1: link_downed 255 (saturated) > 0 [ib_error_counters]"
     ]
-    assert any("cable or transceiver" in a for a in nodes["ib1"]["actions"])
+    assert nodes["ib1"]["actions"] == ["INSPECT"]
+    assert any("cable or transceiver" in a for a in nodes["ib1"]["advice"])
 
 
 def test_machine_without_rdma_devices_skips_every_fabric_check(tmp_path):

@@ -18,14 +18,13 @@ from typing import Any
 
 import pytest
 
-from gpuhealth import checks
-from gpuhealth.config import Expectations, ProfileSet, resolve_limits
-from gpuhealth.parsers import ParseError, gpud
-from gpuhealth.probe import gpud as gpud_probe
+from gpuhealth.families.gpud import parse_gpud as gpud
+from gpuhealth.families.gpud import probe as gpud_probe
+from gpuhealth.parsing import ParseError
+from selftest.facts import judge, probe
 from selftest.suite import run_suite
 
 DATA = Path(__file__).parent / "data" / "gpud"
-PROFILES = ProfileSet()
 HOST = socket.gethostname()
 HEALTHY = "gpud_docs_v1_states_plugin_only_healthy.json"
 XID74 = "gpud_docs_v1_states_xid74_unhealthy_element.json"
@@ -67,14 +66,12 @@ def states_response(name: str) -> str:
     return json.dumps(doc if isinstance(doc, list) else [doc])
 
 
-def evaluate(name: str, facts: dict[str, Any]) -> checks.Result:
-    limits = resolve_limits(Expectations("h100-sxm", None, {}), PROFILES, None)
-    return checks.evaluate(name, checks.NodeView("node17", facts, limits))
+def evaluate(name: str, facts: dict[str, Any]) -> Any:
+    return judge(name, facts)
 
 
 def live_facts(states: list[dict[str, Any]] | None, **extra: Any) -> dict[str, Any]:
     section = {
-        "expected": True,
         "address": "https://127.0.0.1:15132",
         "healthz": {"status": "ok", "version": "v1"},
         "states": states,
@@ -123,10 +120,12 @@ def test_old_boolean_healthy_field_is_read():
 
 def test_events_are_flattened_with_their_component():
     found = gpud.events(EVENTS)
-    assert [(e["type"], e["message"]) for e in found] == [
+    assert [(e["type"], e.get("message")) for e in found] == [
         ("Critical", "XID 74 detected on PCI:0000:04:00"),
         ("Info", "XID 74 acknowledged"),
+        (None, None),  # events null: none, or GPUd could not read them
     ]
+    assert found[2] == {"component": "accelerator-nvidia-ecc", "type": None, "unknown": True}
     assert gpud.kind(EVENTS[0]) == "events"
 
 
@@ -146,22 +145,22 @@ def test_xid74_unhealthy_fails_with_reason_and_reboot():
     result = evaluate("gpud_health", live_facts(gpud.states(gpud.load(text(XID74), "s"))))
     assert result.status == "FAIL"
     assert "accelerator-nvidia-error-xid/error_xid Unhealthy: XID 74 (NVLINK Error)" in (
-        result.message
+        result.text
     )
-    assert "GPUd suggests REBOOT_SYSTEM" in result.message
-    assert result.action == "drain and reboot the node (GPUd: REBOOT_SYSTEM)"
+    assert "GPUd suggests REBOOT_SYSTEM" in result.text
+    assert result.advice == "drain and reboot the node (GPUd: REBOOT_SYSTEM)"
 
 
 def test_healthy_states_pass():
     result = evaluate("gpud_health", live_facts(gpud.states(gpud.load(text(HEALTHY), "s"))))
-    assert result.status == "PASS" and "1 states of 1 components Healthy" in result.message
+    assert result.status == "PASS" and "1 states of 1 components Healthy" in result.text
 
 
 def test_degraded_warns():
     states = gpud.states(gpud.load(text(HEALTHY), "s"))
     states[0]["health"] = "Degraded"
     result = evaluate("gpud_health", live_facts(states))
-    assert result.status == "WARN" and "echo/check Degraded" in result.message
+    assert result.status == "WARN" and "echo/check Degraded" in result.text
 
 
 def test_gpud_not_answering_fails_and_not_installed_skips():
@@ -170,19 +169,35 @@ def test_gpud_not_answering_fails_and_not_installed_skips():
         "healthz": {"kind": "error", "detail": "[Errno 111] Connection refused"}
     }
     result = evaluate("gpud_health", down)
-    assert result.status == "FAIL" and "Connection refused" in result.message
-    assert "systemctl status gpud" in result.action
-    skipped = evaluate("gpud_health", {"source": "nvml", "gpud": {"expected": False}})
-    assert skipped.status == "SKIP" and "gpud_installed: false" in skipped.message
+    assert result.status == "FAIL" and "Connection refused" in result.text
+    assert "systemctl status gpud" in result.advice
+    off = {"skipped": "GPUd not expected on this host (gpud_installed: false)"}
+    skipped = evaluate("gpud_health", {"source": "nvml", "gpud": off})
+    assert skipped.status == "SKIP" and "gpud_installed: false" in skipped.text
 
 
-def test_critical_events_warn():
-    section = {"expected": True, "since": "2026-11-21T02:00:00Z", "events": gpud.events(EVENTS)}
+def test_critical_events_fail():
+    section = {"since": "2026-11-21T02:00:00Z", "events": gpud.events(EVENTS)}
     result = evaluate("gpud_events", {"source": "nvml", "gpud_events": section})
-    assert result.status == "WARN"
-    assert "1 Critical/Fatal GPUd events since 2026-11-21T02:00:00Z" in result.message
-    section["events"] = section["events"][1:]
+    assert result.status == "FAIL" and result.action.value == "INSPECT"
+    assert "1 Critical/Fatal GPUd events since 2026-11-21T02:00:00Z" in result.text
+    section["events"] = [e for e in section["events"][1:] if not e.get("unknown")]
     assert evaluate("gpud_events", {"source": "nvml", "gpud_events": section}).status == "PASS"
+
+
+def test_null_event_lists_are_not_evaluated_never_passed():
+    """GPUd answers `events: null` both for none and when it could not read them."""
+    section = {"since": None, "events": gpud.events([{"component": "ecc", "events": None}])}
+    result = evaluate("gpud_events", {"source": "nvml", "gpud_events": section})
+    assert result.status == "SKIP" and "not evaluated for 1 components (ecc)" in result.text
+
+
+def test_no_component_states_fail_and_null_states_are_unknown():
+    empty = evaluate("gpud_health", live_facts([]))
+    assert empty.status == "FAIL" and "no component states" in empty.text
+    unknown = gpud.states([{"component": "ecc", "states": None}])
+    result = evaluate("gpud_health", live_facts(unknown))
+    assert result.status == "WARN" and "ecc state unknown: GPUd gave no state" in result.text
 
 
 # ---------------------------------------------------------------- the probe's sub-probe
@@ -238,8 +253,10 @@ def stand_in_gpud(
         server.server_close()
 
 
-def config(address: str, installed: bool = True) -> dict[str, Any]:
-    return {"expect": {"gpud_installed": installed, "gpud_address": address}}
+def collect(address: str, installed: bool = True, **expect: Any) -> tuple[dict, dict, list]:
+    """The probe's gpud and gpud_events sections for GPUd at `address`, and its errors."""
+    sections, errors = probe("gpud", gpud_installed=installed, gpud_address=address, **expect)
+    return sections["gpud"], sections["gpud_events"], errors
 
 
 def test_probe_reads_states_and_events_over_http(monkeypatch):
@@ -247,15 +264,13 @@ def test_probe_reads_states_and_events_over_http(monkeypatch):
     monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
     monkeypatch.delenv("no_proxy", raising=False)
     with stand_in_gpud(states_response(XID74)) as (address, seen):
-        errors: list[dict[str, Any]] = []
-        states = gpud_probe.collect_states(config(f"http://{address}"), errors)
-        events = gpud_probe.collect_events(config(f"http://{address}"), errors)
+        states, events, errors = collect(f"http://{address}")
     assert errors == []
     assert states["healthz"] == {"status": "ok", "version": "v1"}
     assert states["states"][0]["health"] == "Unhealthy"
-    assert [e["type"] for e in events["events"]] == ["Critical", "Info"]
+    assert [e["type"] for e in events["events"]] == ["Critical", "Info", None]
     since = int(seen[-1].split("startTime=")[1])
-    assert abs(time.time() - gpud_probe.EVENTS_WINDOW_S - since) < 60
+    assert abs(time.time() - 24 * 3600 - since) < 60  # gpud_events_window_h
 
 
 @pytest.fixture(scope="module")
@@ -291,8 +306,7 @@ def self_signed(tmp_path_factory: pytest.TempPathFactory) -> ssl.SSLContext:
 
 def test_probe_accepts_gpud_self_signed_https_on_loopback(self_signed):
     with stand_in_gpud(states_response(HEALTHY), self_signed) as (address, _):
-        errors: list[dict[str, Any]] = []
-        section = gpud_probe.collect_states(config(address), errors)
+        section, _, errors = collect(address)
     assert errors == [] and section["address"] == f"https://{address}"
     assert section["states"][0]["health"] == "Healthy"
 
@@ -308,40 +322,60 @@ def test_self_signed_certificates_are_accepted_for_loopback_only():
 def test_probe_records_a_gpud_that_does_not_answer(monkeypatch):
     with stand_in_gpud(states_response(HEALTHY)) as (address, _):
         pass  # the server is gone: its port now refuses connections
-    errors: list[dict[str, Any]] = []
-    section = gpud_probe.collect_states(config(f"http://{address}"), errors)
+    section, _, errors = collect(f"http://{address}")
     assert section["healthz"] is None and section["states"] is None
     assert section["unavailable"]["healthz"]["kind"] == "error"
     assert errors[0]["probe"] == "gpud" and "refused" in errors[0]["error"]
     result = evaluate("gpud_health", {"source": "nvml", "gpud": section})
-    assert result.status == "FAIL" and "did not give its /healthz answer" in result.message
+    assert result.status == "FAIL" and "did not give its /healthz answer" in result.text
 
 
-def test_probe_times_out_on_a_hung_gpud(monkeypatch):
-    monkeypatch.setattr(gpud_probe, "TIMEOUT_S", 0.3)
+def test_probe_times_out_on_a_hung_gpud():
     with stand_in_gpud(states_response(HEALTHY), delay_s=2) as (address, _):
-        errors: list[dict[str, Any]] = []
         started = time.monotonic()
-        section = gpud_probe.collect_states(config(f"http://{address}"), errors)
+        section, _, _ = collect(f"http://{address}", gpud_timeout_s=0.3)
         assert time.monotonic() - started < 1.5
     assert section["unavailable"]["healthz"]["kind"] == "timeout"
 
 
 def test_probe_records_garbage_from_gpud():
     with stand_in_gpud("<html>oops</html>") as (address, _):
-        errors: list[dict[str, Any]] = []
-        section = gpud_probe.collect_states(config(f"http://{address}"), errors)
+        section, _, _ = collect(f"http://{address}")
     assert section["states"] is None
     assert "not valid JSON" in section["unavailable"]["states"]["detail"]
 
 
 def test_probe_does_not_ask_where_gpud_is_not_installed():
-    assert gpud_probe.collect_states(config("127.0.0.1:1", installed=False), []) == {
-        "expected": False
-    }
-    assert gpud_probe.collect_events(config("127.0.0.1:1", installed=False), []) == {
-        "expected": False
-    }
+    states, events, errors = collect("127.0.0.1:1", installed=False)
+    skipped = {"skipped": "GPUd not expected on this host (gpud_installed: false)"}
+    assert (states, events, errors) == (skipped, skipped, [])
+
+
+class _Redirect(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(302)
+        self.send_header("Location", "https://10.255.255.1:15132/v1/states")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_redirect_is_refused_not_followed():
+    """Certificate checks are off for loopback only: a redirect off it must not be taken."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1/states"
+        started = time.monotonic()
+        body, why = gpud_probe.fetch(url, 5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert body is None and why is not None
+    assert why["kind"] == "error" and "HTTP 302" in why["detail"]
+    assert time.monotonic() - started < 2  # answered at once, no attempt at 10.255.255.1
 
 
 # ---------------------------------------------------------------- triage
@@ -377,7 +411,7 @@ def test_triage_of_an_events_response(tmp_path):
     path = tmp_path / "events.json"
     path.write_text(json.dumps(EVENTS))
     doc = triage(path)
-    assert by_check(doc)["gpud_events"]["status"] == "WARN"
+    assert by_check(doc)["gpud_events"]["status"] == "FAIL"
     assert by_check(doc)["gpud_health"]["status"] == "SKIP"
 
 
@@ -392,12 +426,13 @@ def test_suite_fails_the_node_gpud_calls_unhealthy(tmp_path):
         run = run_suite(tmp_path / "r", "--inventory", str(inventory), "-m", "gpud")
     assert run.outcomes() == {
         f"test_gpud_health[{HOST}]": "failed",
-        f"test_gpud_events[{HOST}]": "passed",
+        f"test_gpud_events[{HOST}]": "failed",
     }, run.output[-3000:]
     assert "/healthz" in seen and "/v1/states" in seen
     verdict = run.verdicts["nodes"][HOST]
     assert verdict["verdict"] == "FAIL"
     assert "XID 74 (NVLINK Error) detected on PCI:0000:04:00" in verdict["reasons"][0]
-    assert verdict["actions"] == ["drain and reboot the node (GPUd: REBOOT_SYSTEM)"]
+    assert verdict["actions"] == ["REBOOT_NODE", "INSPECT"]
+    assert verdict["advice"][0] == "drain and reboot the node (GPUd: REBOOT_SYSTEM)"
     facts = json.loads((tmp_path / "r" / "facts" / f"{HOST}.json").read_text())
     assert facts["gpud_events"]["events"][0]["type"] == "Critical"

@@ -13,14 +13,12 @@ from typing import Any
 
 import pytest
 
-from gpuhealth import checks
-from gpuhealth.parsers import ParseError
-from gpuhealth.parsers import kernel_log as parser
-from gpuhealth.probe import kernel_log as probe
+from gpuhealth.families.kernel import evidence
+from gpuhealth.families.kernel import parse_kernel_log as parser
+from gpuhealth.parsing import ParseError
 from gpuhealth.transport import parse_output, probe_command
-from selftest.facts import healthy_h100, view
-from selftest.suite import run_suite
-from selftest.test_probe import fake_tool, shell
+from selftest.facts import healthy_h100, judge, probe, probe_config
+from selftest.suite import fake_tool, run_suite, shell
 
 DATA = Path(__file__).parent / "data" / "dmesg"
 XID48 = DATA / "gpud_dmesg_xid48_63_94_peermem.log"
@@ -41,14 +39,10 @@ def facts_with(log: Path | None = None, fabric: Path | None = None) -> dict[str,
     """The healthy H100 facts plus kernel_log/fabric_manager sections from saved logs."""
     facts = healthy_h100()
     text = log.read_text() if log else "\n"
-    facts["kernel_log"] = live(parser.kernel_log_evidence(text)["kernel_log"])
-    fm = parser.fabric_manager_evidence(fabric.read_text()) if fabric else None
+    facts["kernel_log"] = live(evidence.kernel_log_evidence(text)["kernel_log"])
+    fm = evidence.fabric_manager_evidence(fabric.read_text()) if fabric else None
     facts["fabric_manager"] = live(fm["fabric_manager"]) if fm else {"log": "x", "present": False}
     return facts
-
-
-def judge(name: str, facts: dict[str, Any], index: int | None = None, **kw: Any):
-    return checks.evaluate(name, view(facts, **kw), index)
 
 
 # ---------------------------------------------------------------- parser
@@ -267,7 +261,7 @@ def test_dbe_row_remap_and_contained_ecc_fail_the_gpu_at_19_00():
     facts = facts_with(XID48)
     result = judge("xid_errors", facts, 0)
     assert result.status == "FAIL"
-    message = result.message
+    message = result.text
     assert message.startswith("node17 gpu0 (GPU-ee7954ec-da95-fd7a-ddfd-c6b32cc2f8aa")
     for part in (
         "Xid 48 (double-bit ECC error, DBE) x1 [2024-11-15T12:02:03.470068Z]",
@@ -277,11 +271,11 @@ def test_dbe_row_remap_and_contained_ecc_fail_the_gpu_at_19_00():
         '"Row Remapper: New row (0x00000012bac1c3e0) marked for remapping',
     ):
         assert part in message
-    assert "RMA the GPU if DBEs recur" in result.action and "reset the GPU" in result.action
+    assert "RMA the GPU if DBEs recur" in result.advice and "reset the GPU" in result.advice
     assert {judge("xid_errors", facts, i).status for i in range(1, 8)} == {"PASS"}
     node = judge("kernel_log", facts)  # the XIDs are gpu0's; the peermem errors are the node's
     assert node.status == "WARN"
-    assert "nvidia-peermem errors x30" in node.message and "Xid" not in node.message
+    assert "nvidia-peermem errors x30" in node.text and "Xid" not in node.text
 
 
 def test_application_xids_only_warn_with_exact_counts():
@@ -289,9 +283,9 @@ def test_application_xids_only_warn_with_exact_counts():
     facts["gpus"][2]["pci_bus_id"] = "00000000:38:00.0"
     result = judge("xid_errors", facts, 2)
     assert result.status == "WARN"
-    assert "Xid 13 (graphics engine exception) x629" in result.message
-    assert "Xid 43 (GPU stopped processing, channel reset) x7" in result.message
-    assert "check the user application" in result.action
+    assert "Xid 13 (graphics engine exception) x629" in result.text
+    assert "Xid 43 (GPU stopped processing, channel reset) x7" in result.text
+    assert "check the user application" in result.advice
     assert judge("kernel_log", facts).status == "PASS"
 
 
@@ -300,7 +294,7 @@ def test_xids_older_than_the_window_do_not_fail():
     facts["kernel_log"]["until"] = "2024-11-16T12:02:04Z"  # read a day and a second later
     result = judge("xid_errors", facts, 0)
     assert result.status == "PASS"
-    assert "since 2024-11-15T12:02:04Z (24 h window" in result.message
+    assert "since 2024-11-15T12:02:04Z (24 h window" in result.text
     assert judge("xid_errors", facts, 0, xid_window_h=48).status == "FAIL"
     assert judge("xid_errors", facts, 0, xid_window_h=0).status == "FAIL"  # since boot
 
@@ -309,7 +303,7 @@ def test_window_cuts_a_group_at_its_start():
     facts = facts_with(XID48)
     facts["kernel_log"]["until"] = "2024-11-15T12:30:00Z"
     result = judge("kernel_log", facts, xid_window_h=1)
-    assert "nvidia-peermem errors x20 [2024-11-15T12:02:15.737526Z .." in result.message
+    assert "nvidia-peermem errors x20 [2024-11-15T12:02:15.737526Z .." in result.text
 
 
 def test_xid_on_a_bus_no_gpu_has_fails_the_node():
@@ -324,9 +318,9 @@ def test_xid_on_a_bus_no_gpu_has_fails_the_node():
     result = judge("kernel_log", facts)
     assert result.status == "FAIL"
     assert "Xid 79 (GPU has fallen off the bus) on 00000000:AA:00.0, which is none of" in (
-        result.message
+        result.text
     )
-    assert "reseat the GPU" in result.action
+    assert "reseat the GPU" in result.advice
 
 
 def test_unknown_xid_warns():
@@ -334,7 +328,7 @@ def test_unknown_xid_warns():
     for group in facts["kernel_log"]["counts"]:
         group["code"] = 999 if group["kind"] == "xid" else None
     result = judge("xid_errors", facts, 0)
-    assert result.status == "WARN" and "Xid 999 (not in gpuhealth's XID table)" in result.message
+    assert result.status == "WARN" and "Xid 999 (not in gpuhealth's XID table)" in result.text
 
 
 def test_sxids_fatal_fail_and_non_fatal_warn():
@@ -343,14 +337,14 @@ def test_sxids_fatal_fail_and_non_fatal_warn():
         "[ 10.0] nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up\n"
         "[ 11.0] nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 20009, Non-fatal, Link 28 RX Short\n"
     )
-    section = parser.kernel_log_evidence(text)["kernel_log"]
+    section = evidence.kernel_log_evidence(text)["kernel_log"]
     facts["kernel_log"] = section
     facts["source"] = "evidence-file"
     result = judge("kernel_log", facts)
     assert result.status == "FAIL"
-    assert "NVSwitch SXid 20034 (fatal) on 00000000:05:00.0" in result.message
-    assert "NVSwitch SXid 20009 (non-fatal)" in result.message
-    assert "before the log's newest entry 11.0 s after boot" in result.message
+    assert "NVSwitch SXid 20034 (fatal) on 00000000:05:00.0" in result.text
+    assert "NVSwitch SXid 20009 (non-fatal)" in result.text
+    assert "before the log's newest entry 11.0 s after boot" in result.text
     section["counts"] = [g for g in section["counts"] if not g["fatal"]]
     assert judge("kernel_log", facts).status == "WARN"
 
@@ -359,11 +353,11 @@ def test_fabric_manager_non_fatal_warns_fatal_fails_and_absent_skips():
     facts = facts_with(fabric=FABRIC)
     result = judge("fabric_manager", facts)
     assert result.status == "WARN"
-    assert "fabric manager error 12028 on NVSwitch 00000000:86:00.0 x1" in result.message
+    assert "fabric manager error 12028 on NVSwitch 00000000:86:00.0 x1" in result.text
     facts["fabric_manager"]["counts"][0]["fatal"] = True
     assert judge("fabric_manager", facts).status == "FAIL"
     absent = judge("fabric_manager", facts_with())
-    assert absent.status == "SKIP" and "no fabric manager log at x" in absent.message
+    assert absent.status == "SKIP" and "no fabric manager log at x" in absent.text
 
 
 def test_unreadable_kernel_log_fails_with_how_to_fix():
@@ -372,8 +366,8 @@ def test_unreadable_kernel_log_fails_with_how_to_fix():
     facts["kernel_log"].update(counts=None, events=None, unavailable={"counts": why})
     for result in (judge("kernel_log", facts), judge("xid_errors", facts, 3)):
         assert result.status == "FAIL"
-        assert "could not read the kernel log (dmesg: exit 1" in result.message
-        assert "run the probe as root, or allow dmesg" in result.action
+        assert "could not read the kernel log (dmesg: exit 1" in result.text
+        assert "run the probe as root, or allow dmesg" in result.advice
 
 
 def test_no_nvidia_node_skips():
@@ -381,7 +375,7 @@ def test_no_nvidia_node_skips():
     facts.update(gpus=[], driver={"loaded": False}, pci={"nvidia_gpus": []})
     for name in ("kernel_log", "fabric_manager"):
         result = judge(name, facts, profile=None)
-        assert result.status == "SKIP" and "no NVIDIA GPU/driver on node17" in result.message
+        assert result.status == "SKIP" and "no NVIDIA GPU/driver on node17" in result.text
 
 
 def test_healthy_sections_pass():
@@ -423,10 +417,9 @@ def tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **bodies: str) -> Pat
     return folder
 
 
-def collect(root: Path, window_h: float = 0, **config: Any) -> tuple[dict, list]:
-    errors: list = []
-    cfg = {"root": str(root), "expect": {"xid_window_h": window_h}, **config}
-    return probe.collect(cfg, errors), errors
+def collect(root: Path, window_h: float = 0, **expect: Any) -> tuple[dict, list]:
+    sections, errors = probe("kernel", root, xid_window_h=window_h, **expect)
+    return sections["kernel_log"], errors
 
 
 def test_probe_reads_journalctl_since_the_window(tmp_path, monkeypatch, node_root):
@@ -496,7 +489,7 @@ def test_no_readable_kernel_log_is_recorded_and_fails_the_checks(tmp_path, monke
     facts = facts_with()
     facts["kernel_log"] = section
     result = judge("kernel_log", facts)
-    assert result.status == "FAIL" and "Operation not permitted" in result.message
+    assert result.status == "FAIL" and "Operation not permitted" in result.text
 
 
 def test_hung_journalctl_is_killed_within_its_timeout(tmp_path, monkeypatch, node_root):
@@ -515,9 +508,8 @@ def test_fabric_manager_log_under_the_root_prefix(tmp_path, monkeypatch, node_ro
     try:
         (node_root / "var/log").mkdir(parents=True)
         (node_root / "var/log/fabricmanager.log").write_bytes(FABRIC.read_bytes())
-        errors: list = []
-        cfg = {"root": str(node_root), "expect": {"xid_window_h": 0}}
-        section = probe.collect_fabric_manager(cfg, errors)
+        sections, errors = probe("kernel", node_root, xid_window_h=0)
+        section = sections["fabric_manager"]
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
@@ -525,14 +517,14 @@ def test_fabric_manager_log_under_the_root_prefix(tmp_path, monkeypatch, node_ro
     assert [(g["code"], g["fatal"], g["first"]) for g in section["counts"]] == [
         (12028, False, "2025-02-27T15:10:02Z")
     ]
-    absent = probe.collect_fabric_manager({**cfg, "root": str(tmp_path)}, errors)
+    absent = probe("kernel", tmp_path, xid_window_h=0)[0]["fabric_manager"]
     assert (absent["present"], absent["counts"]) == (False, [])
 
 
 def test_shipped_probe_carries_the_sections(tmp_path, bare_python, node_root):
     fake_tool(tmp_path / "bin", "journalctl", f"cat {XID48}\n")
     env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
-    config = {"root": str(node_root), "expect": {"xid_window_h": 0, "expect_idle": True}}
+    config = probe_config(node_root, xid_window_h=0)
     doc = parse_output(shell(probe_command(config, python=bare_python), env).stdout)
     assert doc["kernel_log"]["source"] == "journalctl -k -o short-iso"
     assert {g["code"] for g in doc["kernel_log"]["counts"]} == {48, 63, 94, None}

@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from gpuhealth import checks
-from gpuhealth.config import Expectations, ProfileSet, resolve_limits
-from gpuhealth.parsers import ParseError, nccl_tests
+from gpuhealth.families.nccl import evidence
+from gpuhealth.families.nccl import parse_nccl_tests as nccl_tests
+from gpuhealth.parsing import ParseError
+from selftest.facts import PROFILES
+from selftest.facts import judge as judge_facts
 
 DATA = Path(__file__).parent / "data" / "nccl-tests"
-PROFILES = ProfileSet()
 ONE_NODE = "nccltests_issue290_1node_8xH100_nvls_all_reduce.txt"
 RING = "nccltests_issue290_2node_16xH100_ring_low_bw.txt"
 TWO_NODES = "nccltests_issue309_2node_16xH100_all_reduce.txt"
@@ -32,15 +33,14 @@ def parse(name: str) -> dict[str, Any]:
 
 def section(name: str, nodes: int | None = None) -> dict[str, Any]:
     """The `nccl` section triage builds from a saved log."""
-    found = nccl_tests.evidence((DATA / name).read_text())["nccl"]
+    found = evidence.evidence((DATA / name).read_text())["nccl"]
     found["nodes"] = nodes
     return found
 
 
 def judge(name: str, nccl: dict[str, Any], profile: str = "h100-sxm", **overrides: Any):
     facts = {"source": "evidence-file", "nccl": nccl}
-    limits = resolve_limits(Expectations(profile, None, overrides), PROFILES, None)
-    return checks.evaluate(name, checks.NodeView("node5", facts, limits))
+    return judge_facts(name, facts, None, profile, "node5", **overrides)
 
 
 # ---------------------------------------------------------------- parser, every real log
@@ -196,48 +196,48 @@ def test_wrong_count_that_is_not_a_number_is_an_error():
 
 def test_healthy_8x_h100_single_node_passes_the_h100_profile():
     result = judge("nccl_bandwidth", section(ONE_NODE))
-    assert result.status == "PASS", result.message
-    assert "476.5 GB/s" in result.message and ">= 460 GB/s" in result.message
-    assert "single node over NVLink" in result.message
+    assert result.status == "PASS", result.text
+    assert "476.5 GB/s" in result.text and ">= 460 GB/s" in result.text
+    assert "single node over NVLink" in result.text
     assert judge("nccl_data_integrity", section(ONE_NODE)).status == "PASS"
 
 
 def test_same_log_fails_a_stricter_single_node_threshold_with_an_action():
     result = judge("nccl_bandwidth", section(ONE_NODE), nccl_allreduce_min_busbw_gbps=480)
     assert result.status == "FAIL"
-    assert "476.5 GB/s" in result.message and "< 480 GB/s expected" in result.message
-    assert "NVLink" in result.action
+    assert "476.5 GB/s" in result.text and "< 480 GB/s expected" in result.text
+    assert "NVLink" in result.advice
 
 
 def test_two_node_ring_run_at_102_fails_the_internode_threshold():
     result = judge("nccl_bandwidth", section(RING))
-    assert result.status == "FAIL", result.message
-    assert "89.9 GB/s" in result.message and "< 350 GB/s expected" in result.message
-    assert "2 nodes" in result.message and "nccl_internode_min_busbw_gbps" in result.message
-    assert "bisection" in result.action
+    assert result.status == "FAIL", result.text
+    assert "89.9 GB/s" in result.text and "< 350 GB/s expected" in result.text
+    assert "2 nodes" in result.text and "nccl_internode_min_busbw_gbps" in result.text
+    assert "bisection" in result.advice
 
 
 def test_fabric_keys_describe_the_network_in_the_message():
     result = judge("nccl_bandwidth", section(RING), fabric="infiniband", ib_ports_expected=8)
-    assert "2 nodes over InfiniBand (8 ports, >= 400 Gb/s)" in result.message
+    assert "2 nodes over InfiniBand (8 ports, >= 400 Gb/s)" in result.text
 
 
 def test_wrong_na_everywhere_skips_integrity_as_not_validated():
     result = judge("nccl_data_integrity", section(RING))
     assert result.status == "SKIP"
-    assert "not validated" in result.message and "not the same as 0" in result.message
+    assert "not validated" in result.text and "not the same as 0" in result.text
 
 
 def test_in_place_na_of_alltoall_is_not_a_failure_and_alltoall_is_not_judged_for_bandwidth():
     assert judge("nccl_data_integrity", section(ALLTOALL)).status == "PASS"
     bandwidth = judge("nccl_bandwidth", section(ALLTOALL))
-    assert bandwidth.status == "SKIP" and "alltoall_perf" in bandwidth.message
+    assert bandwidth.status == "SKIP" and "alltoall_perf" in bandwidth.text
 
 
 def test_healthy_multi_node_logs_pass_judged_at_large_sizes_not_on_the_average():
     two = judge("nccl_bandwidth", section(TWO_NODES))
-    assert two.status == "PASS" and "469.2 GB/s" in two.message
-    assert "average 139.56 GB/s is not judged" in two.message
+    assert two.status == "PASS" and "469.2 GB/s" in two.text
+    assert "average 139.56 GB/s is not judged" in two.text
     assert judge("nccl_bandwidth", section(FOUR_NODES)).status == "PASS"
 
 
@@ -246,21 +246,21 @@ def test_nonzero_wrong_is_data_corruption_whatever_the_bandwidth():
     nccl["run"]["rows"][4]["in_place"]["wrong"] = 12
     result = judge("nccl_data_integrity", nccl)
     assert result.status == "FAIL"
-    assert "data corruption: #wrong 12 at 2 GiB in-place" in result.message
-    assert "drain" in result.action
+    assert "data corruption: #wrong 12 at 2 GiB in-place" in result.text
+    assert "drain" in result.advice
     assert judge("nccl_bandwidth", nccl).status == "PASS"
 
 
 def test_out_of_bounds_failed_footer_is_data_corruption():
     text = (DATA / ONE_NODE).read_text().replace("values : 0 OK", "values : 3 FAILED")
-    nccl = nccl_tests.evidence(text)["nccl"]
+    nccl = evidence.evidence(text)["nccl"]
     result = judge("nccl_data_integrity", nccl)
-    assert result.status == "FAIL" and "Out of bounds values: 3 FAILED" in result.message
+    assert result.status == "FAIL" and "Out of bounds values: 3 FAILED" in result.text
 
 
 def test_log_without_rank_lines_needs_the_node_count():
     skip = judge("nccl_bandwidth", section(SRUN))
-    assert skip.status == "SKIP" and "--nodes" in skip.message
+    assert skip.status == "SKIP" and "--nodes" in skip.text
     assert judge("nccl_bandwidth", section(SRUN, nodes=2)).status == "PASS"
 
 
@@ -273,34 +273,31 @@ def test_sweep_that_never_reaches_the_reference_size():
     mpijob = section(MPIJOB, nodes=2)
     assert judge("nccl_bandwidth", mpijob).status == "PASS"
     small = judge("nccl_bandwidth", mpijob, nccl_reference_size_bytes=4 << 30)
-    assert small.status == "SKIP" and "not evaluated" in small.message
+    assert small.status == "SKIP" and "not evaluated" in small.text
     live = copy.deepcopy(mpijob)
     facts = {"source": "active", "nccl": live}
-    limits = resolve_limits(
-        Expectations("h100-sxm", None, {"nccl_reference_size_bytes": 4 << 30}), PROFILES, None
-    )
-    result = checks.evaluate("nccl_bandwidth", checks.NodeView("n1", facts, limits))
-    assert result.status == "FAIL" and "set nccl_sizes" in result.message
+    result = judge_facts("nccl_bandwidth", facts, nccl_reference_size_bytes=4 << 30)
+    assert result.status == "FAIL" and "set nccl_sizes" in result.text
 
 
 def test_no_threshold_reports_the_measurement_without_judging_it():
     result = judge("nccl_bandwidth", section(ONE_NODE), profile="default")
     assert result.status == "SKIP"
-    assert "476.5 GB/s" in result.message and "set nccl_allreduce_min_busbw_gbps" in result.message
+    assert "476.5 GB/s" in result.text and "set nccl_allreduce_min_busbw_gbps" in result.text
 
 
 def test_a_run_that_produced_nothing_fails_both_checks_with_its_error():
-    nccl = {"nodes": 1, "error": "timed out: killed after 600 s", "action": "re-run", "run": None}
+    nccl = {"nodes": 1, "error": "timed out: killed after 600 s", "advice": "re-run", "run": None}
     for name in ("nccl_bandwidth", "nccl_data_integrity"):
         result = judge(name, nccl)
-        assert result.status == "FAIL" and "killed after 600 s" in result.message
+        assert result.status == "FAIL" and "killed after 600 s" in result.text
 
 
 def test_profiles_carry_the_reference_thresholds():
-    assert PROFILES.get("h100-sxm")["nccl_allreduce_min_busbw_gbps"] == 460
-    assert PROFILES.get("h200-sxm")["nccl_allreduce_min_busbw_gbps"] == 431
-    assert PROFILES.get("a100-sxm-80gb")["nccl_allreduce_min_busbw_gbps"] == 228
-    assert PROFILES.get("default")["nccl_allreduce_min_busbw_gbps"] is None
+    assert PROFILES.get("h100-sxm").values["nccl_allreduce_min_busbw_gbps"] == 460
+    assert PROFILES.get("h200-sxm").values["nccl_allreduce_min_busbw_gbps"] == 431
+    assert PROFILES.get("a100-sxm-80gb").values["nccl_allreduce_min_busbw_gbps"] == 228
+    assert PROFILES.get("default").values["nccl_allreduce_min_busbw_gbps"] is None
 
 
 # ---------------------------------------------------------------- gpuhealth triage

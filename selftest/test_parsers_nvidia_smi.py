@@ -8,8 +8,11 @@ from pathlib import Path
 import defusedxml.ElementTree
 import pytest
 
-from gpuhealth.parsers import ParseError, nvidia_smi_nvlink, nvidia_smi_text, nvidia_smi_xml
-from gpuhealth.parsers.nvidia_smi_common import (
+from gpuhealth.facts import UNAVAILABLE_KINDS
+from gpuhealth.families.gpu import parse_nvlink as nvidia_smi_nvlink
+from gpuhealth.families.gpu import parse_smi_text as nvidia_smi_text
+from gpuhealth.families.gpu import parse_smi_xml as nvidia_smi_xml
+from gpuhealth.families.gpu.parse_smi import (
     convert,
     recovery_action_value,
     tlimit_offset_to_absolute,
@@ -18,7 +21,8 @@ from gpuhealth.parsers.nvidia_smi_common import (
     to_mib,
     to_watts,
 )
-from gpuhealth.probe.schema import GPU_KEYS, UNAVAILABLE_KINDS
+from gpuhealth.families.gpu.schema import GPU_KEYS
+from gpuhealth.parsing import ParseError
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,44 +13,17 @@ from pathlib import Path
 import pytest
 import testinfra
 
-from gpuhealth import checks
-from gpuhealth.probe.schema import SCHEMA_VERSION
+from gpuhealth.facts import SCHEMA_VERSION
 from gpuhealth.transport import ProbeError, parse_output, probe_command, run_probe
-from selftest.facts import view
+from selftest.facts import judge, probe_config
 from selftest.fakenvml import load_scenario, nvml_env, write_scenario
+from selftest.suite import fake_tool, shell
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 
 
-@pytest.fixture
-def bare_python(tmp_path: Path) -> str:
-    """An interpreter with no site-packages: like a GPU node without nvidia-ml-py."""
-    wrapper = tmp_path / "bare-python3"
-    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S "$@"\n')
-    wrapper.chmod(0o755)
-    return str(wrapper)
-
-
-def shell(command: str, env: dict[str, str] | None = None, timeout: float = 60):
-    return subprocess.run(
-        ["/bin/sh", "-c", command],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-        cwd="/",
-    )
-
-
-def fake_tool(folder: Path, name: str, body: str) -> None:
-    folder.mkdir(exist_ok=True)
-    path = folder / name
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(0o755)
-
-
 def test_bundle_runs_without_gpuhealth_installed(bare_python):
-    proc = shell(probe_command({"root": "/"}, python=bare_python))
+    proc = shell(probe_command(probe_config(), python=bare_python))
     assert proc.returncode == 0, proc.stderr
     doc = parse_output(proc.stdout)
     assert doc["schema_version"] == SCHEMA_VERSION
@@ -61,7 +33,7 @@ def test_bundle_runs_without_gpuhealth_installed(bare_python):
 
 
 def test_command_is_one_argument_small_enough_for_any_shell():
-    command = probe_command({})
+    command = probe_command(probe_config())
     assert len(command) < 128 * 1024  # MAX_ARG_STRLEN of one argv element on Linux
 
 
@@ -72,7 +44,7 @@ def test_falls_back_to_nvidia_smi_xml(tmp_path, bare_python):
     )
     fake_tool(tmp_path / "bin", "nvidia-smi", body)
     env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
-    proc = shell(probe_command({}, python=bare_python), env)
+    proc = shell(probe_command(probe_config(), python=bare_python), env)
     doc = parse_output(proc.stdout)
     assert doc["source"] == "nvidia-smi"
     assert doc["driver"]["version"] == "570.124.04"
@@ -85,7 +57,7 @@ def test_hung_nvidia_smi_is_killed_and_recorded(tmp_path, bare_python):
     fake_tool(tmp_path / "bin", "nvidia-smi", "sleep 600\n")
     env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
     started = time.monotonic()
-    proc = shell(probe_command({"nvidia_smi_timeout_s": 1}, python=bare_python), env)
+    proc = shell(probe_command(probe_config(nvidia_smi_timeout_s=1), python=bare_python), env)
     assert time.monotonic() - started < 10
     doc = parse_output(proc.stdout)
     assert doc["source"] == "none"
@@ -95,7 +67,7 @@ def test_hung_nvidia_smi_is_killed_and_recorded(tmp_path, bare_python):
 def test_garbage_from_nvidia_smi_is_an_error_not_a_crash(tmp_path, bare_python):
     fake_tool(tmp_path / "bin", "nvidia-smi", "echo '<html>oops'\n")
     env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
-    doc = parse_output(shell(probe_command({}, python=bare_python), env).stdout)
+    doc = parse_output(shell(probe_command(probe_config(), python=bare_python), env).stdout)
     assert doc["source"] == "none"
     assert any("unparsable -q -x output" in e["error"] for e in doc["errors"])
 
@@ -115,7 +87,7 @@ def test_reads_proc_and_sys_under_a_root_prefix(tmp_path, bare_python):
         dev.mkdir(parents=True)
         (dev / "vendor").write_text("0x10de\n")
         (dev / "class").write_text(klass + "\n")
-    doc = parse_output(shell(probe_command({"root": str(root)}, python=bare_python)).stdout)
+    doc = parse_output(shell(probe_command(probe_config(root), python=bare_python)).stdout)
     assert doc["pci"]["nvidia_gpus"] == ["00000000:19:00.0", "00000000:3B:00.0"]
     assert doc["driver"]["loaded"] is True
     assert doc["driver"]["version"] == "570.86.15"
@@ -125,8 +97,9 @@ def test_reads_proc_and_sys_under_a_root_prefix(tmp_path, bare_python):
     ("stdout", "message"),
     [
         ("", "printed no facts document"),
-        ("Welcome to node17\n{broken", "broken JSON"),
+        ("Welcome to node17\n{broken", "no usable JSON"),
         ('{"schema_version": 99}', "schema_version 99"),
+        ('{"schema_version": 3, "source": "nvml", "gpus": [{"index": "0"}]}', "gpus.0.index"),
     ],
 )
 def test_bad_probe_output_is_a_clear_error(stdout, message):
@@ -135,7 +108,8 @@ def test_bad_probe_output_is_a_clear_error(stdout, message):
 
 
 def test_login_banner_before_the_document_is_ignored():
-    assert parse_output('motd line\n{"schema_version": 2, "gpus": []}\n')["gpus"] == []
+    doc = parse_output('motd line\n{"schema_version": 3, "source": "none", "gpus": []}\n')
+    assert doc["gpus"] == []
 
 
 def test_unreachable_ssh_host_is_reported_as_unreachable():
@@ -143,7 +117,7 @@ def test_unreachable_ssh_host_is_reported_as_unreachable():
         pytest.skip("no ssh client")
     host = testinfra.get_host("ssh://127.0.0.1:1", ssh_extra_args="-o BatchMode=yes")
     with pytest.raises(ProbeError) as info:
-        run_probe(host, {}, timeout_s=20)
+        run_probe(host, probe_config(), timeout_s=20)
     assert info.value.unreachable
     assert "ssh failed" in str(info.value)
 
@@ -151,7 +125,7 @@ def test_unreachable_ssh_host_is_reported_as_unreachable():
 def test_missing_interpreter_on_the_node_is_not_unreachable():
     host = testinfra.get_host("local://")
     with pytest.raises(ProbeError) as info:
-        run_probe(host, {}, python="/nonexistent/python3", timeout_s=20)
+        run_probe(host, probe_config(), python="/nonexistent/python3", timeout_s=20)
     assert not info.value.unreachable
     assert "not found on the node" in str(info.value)
 
@@ -162,12 +136,14 @@ def test_probe_killed_by_its_timeout_on_the_node(tmp_path):
     slow.chmod(0o755)
     started = time.monotonic()
     with pytest.raises(ProbeError, match="killed after 2 s"):
-        run_probe(testinfra.get_host("local://"), {}, python=str(slow), timeout_s=2)
+        run_probe(testinfra.get_host("local://"), probe_config(), python=str(slow), timeout_s=2)
     assert time.monotonic() - started < 15
 
 
 def test_local_probe_through_testinfra_returns_json():
-    doc = run_probe(testinfra.get_host("local://"), {}, python=sys.executable, timeout_s=60)
+    doc = run_probe(
+        testinfra.get_host("local://"), probe_config(), python=sys.executable, timeout_s=60
+    )
     assert json.loads(json.dumps(doc))["schema_version"] == SCHEMA_VERSION
 
 
@@ -183,10 +159,10 @@ def test_nvidia_smi_fallback_reads_nvlink_state(tmp_path, bare_python, fake_nvml
         **nvml_env(fake_nvml_lib.parent, conf),
         "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
     }
-    doc = parse_output(shell(probe_command({}, python=bare_python), env).stdout)
+    doc = parse_output(shell(probe_command(probe_config(), python=bare_python), env).stdout)
     assert doc["source"] == "nvidia-smi"
     links = doc["gpus"][2]["nvlink"]
     assert len(links) == 18 and [link["link"] for link in links if not link["up"]] == [5]
     assert all(link["up"] for link in doc["gpus"][3]["nvlink"])
-    result = checks.evaluate("nvlink", view(doc), 2)
-    assert result.status == "FAIL" and "17 of 18 NVLink links up (links down: 5)" in result.message
+    result = judge("nvlink", doc, 2)
+    assert result.status == "FAIL" and "17 of 18 NVLink links up (links down: 5)" in result.text

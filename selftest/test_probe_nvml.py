@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from gpuhealth.probe.schema import GPU_KEYS
+from gpuhealth.families.gpu.schema import GPU_KEYS
 from selftest.fakenvml import SCENARIOS, SOURCE, build_library, nvml_env, write_scenario
 
 CALL_TIMEOUT_S = 2.0
 SCRIPT = """
 import json, pynvml
-from gpuhealth.probe import nvml
+from gpuhealth.families.gpu import nvml
 symbols, lookup = set(), pynvml._nvmlGetFunctionPointer
 def recording(name):
     symbols.add(name)
@@ -315,7 +315,7 @@ def test_no_library(tmp_path):
 def test_without_pynvml_collect_returns_none(fake_nvml_lib, tmp_path):
     (tmp_path / "pynvml.py").write_text("raise ImportError('No module named pynvml (test)')\n")
     script = (
-        "import json; from gpuhealth.probe import nvml; e = []; "
+        "import json; from gpuhealth.families.gpu import nvml; e = []; "
         "print(json.dumps({'r': nvml.collect(2.0, e), 'errors': e}))"
     )
     scenario = write_scenario("healthy-h100x8", tmp_path / "healthy.txt")

@@ -16,19 +16,19 @@ from typing import Any
 
 import pytest
 
-from gpuhealth import checks
-from selftest.facts import healthy_h100, view
+from selftest.facts import healthy_h100
+from selftest.facts import judge as judge_facts
 from selftest.fakenvml import nvml_env, write_scenario
 from selftest.suite import run_suite
 
 SHORT = {"expect_idle": True, "reclaim_wait_s": 4, "reclaim_poll_s": 1}
 SCRIPT = """
 import json
-from gpuhealth.probe import nvml, reclaim
-errors = []
-nvml.collect(2.0, errors)
-section = reclaim.collect({{"expect": {expect}, "nvml_call_timeout_s": 2.0}}, errors)
-print(json.dumps({{"r": section, "errors": errors}}))
+from selftest.facts import probe
+expect = dict({expect}, nvml_call_timeout_s=2.0)
+facts, errors = probe("gpu", **expect)
+sections, more = probe("reclaim", facts=facts, **expect)
+print(json.dumps({{"r": sections["memory_reclaim"], "errors": errors + more}}))
 """
 
 
@@ -76,18 +76,15 @@ def test_memory_held_past_the_wait_names_the_process(fake_nvml_lib, tmp_path):
 def test_clean_node_does_not_wait(fake_nvml_lib, tmp_path):
     result = reclaim_on(fake_nvml_lib, tmp_path, "healthy-h100x8")
     section = result["r"]
-    assert (section["polls"], section["waited_s"], section["skipped"]) == (0, 0.0, None)
+    assert (section["polls"], section["waited_s"], section.get("skipped")) == (0, 0.0, None)
     assert len(section["gpus"]) == 8 and result["elapsed_s"] < 4
 
 
-def test_busy_node_missing_nvml_and_no_expectations_are_not_polled(fake_nvml_lib, tmp_path):
+def test_busy_node_and_missing_nvml_are_not_polled(fake_nvml_lib, tmp_path):
     busy = reclaim_on(fake_nvml_lib, tmp_path, "memory-stuck-gpu6", expect_idle=False)["r"]
-    assert busy["skipped"] == "the node is not expected to be idle (expect_idle: false)"
-    assert busy["polls"] == 0 and busy["gpus"] == []
+    assert busy == {"skipped": "the node is not expected to be idle (expect_idle: false)"}
     none = reclaim_on(fake_nvml_lib, tmp_path, "no-driver")["r"]
-    assert none["skipped"] == "NVML was not available, so GPU memory could not be polled"
-    by_hand = reclaim_on(fake_nvml_lib, tmp_path, "memory-stuck-gpu6", expect_idle=None)["r"]
-    assert by_hand["skipped"] == "the probe was given no expect_idle, so it did not wait"
+    assert none == {"skipped": "NVML was not available, so GPU memory could not be polled"}
 
 
 def facts_with(section: dict[str, Any]) -> dict[str, Any]:
@@ -115,8 +112,8 @@ def section_of(**gpu6: Any) -> dict[str, Any]:
     }
 
 
-def judge(facts: dict[str, Any], index: int, **kw: Any) -> checks.Result:
-    return checks.evaluate("memory_reclaim", view(facts, **kw), index)
+def judge(facts: dict[str, Any], index: int, **kw: Any) -> Any:
+    return judge_facts("memory_reclaim", facts, index, **kw)
 
 
 def test_check_fails_with_the_leftover_pids():
@@ -126,10 +123,10 @@ def test_check_fails_with_the_leftover_pids():
     assert (
         "20480 MiB of 81559 MiB still in use after waiting 50 s (25 polls every 2 s), "
         "tolerance 512 MiB; leftover processes: pid 4242 (python3, 20400 MiB)"
-    ) in result.message
-    assert "stop the leftover processes" in result.action
-    assert judge(facts_with(section_of(used_mib=20480)), 6).message.endswith(
-        "no compute process holds it. Action: " + result.action
+    ) in result.text
+    assert "stop the leftover processes" in result.advice
+    assert judge(facts_with(section_of(used_mib=20480)), 6).text.endswith(
+        "no compute process holds it. Action RESET_GPU: " + result.advice
     )
 
 
@@ -139,26 +136,26 @@ def test_check_passes_with_the_statistics():
     result = judge(facts_with(section), 6)
     assert result.status == "PASS"
     assert "3 MiB of 81559 MiB in use after 6.1 s (3 polls every 2 s); 20480 MiB were freed" in (
-        result.message
+        result.text
     )
     clean = judge(facts_with(section), 0)
-    assert clean.status == "PASS" and "no wait needed" in clean.message
+    assert clean.status == "PASS" and "no wait needed" in clean.text
 
 
 def test_check_skips_busy_nodes_and_unpolled_memory():
     busy = judge(facts_with(section_of(used_mib=20480)), 6, expect_idle=False)
-    assert busy.status == "SKIP" and "expect_idle: false" in busy.message
+    assert busy.status == "SKIP" and "expect_idle: false" in busy.text
     section = section_of()
     section.update(skipped="NVML was not available, so GPU memory could not be polled", gpus=[])
     unpolled = judge(facts_with(section), 6)
-    assert unpolled.status == "SKIP" and "NVML was not available" in unpolled.message
+    assert unpolled.status == "SKIP" and "NVML was not available" in unpolled.text
 
 
 def test_check_fails_when_polling_broke_or_memory_is_unknown():
     section = section_of(used_mib=20480)
     section["error"] = "nvmlDeviceGetMemoryInfo(gpu=6): timed out after 5 s"
     result = judge(facts_with(section), 6)
-    assert result.status == "FAIL" and "polling failed" in result.message
+    assert result.status == "FAIL" and "polling failed" in result.text
     why = {"kind": "timeout", "detail": "nvmlDeviceGetMemoryInfo(gpu=6): timed out after 5 s"}
     unknown = section_of(used_mib=None, unavailable={"used_mib": why})
     assert judge(facts_with(unknown), 6).status == "FAIL"

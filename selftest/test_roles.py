@@ -37,8 +37,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuhealth.config import PROFILE_KEYS, ProfileSet, expectations_from_vars
+from gpuhealth.config import expectations_from_vars, limits_model
 from gpuhealth.transport import ProbeError
+from selftest.facts import PROFILES
 from selftest.suite import REPO, SuiteRun, run_suite
 
 ROLES = REPO / "roles"
@@ -99,9 +100,9 @@ def test_every_template_is_laid_out_like_its_target_path():
 
 
 def test_the_driver_branch_is_the_health_suite_s_driver_gate():
-    profiles = ProfileSet()
+    profiles = PROFILES
     default = _yaml(ROLES / "nvidia_driver" / "defaults" / "main.yml")["nvidia_driver_branch"]
-    assert default == profiles.get("default")["min_driver_version"]
+    assert default == profiles.get("default").values["min_driver_version"]
     branches = _options("nvidia_driver")["nvidia_driver_branch"]["choices"]
     assert min(int(b) for b in branches) == 570  # 560 and older are refused
     expect = expectations_from_vars("n1", {"nvidia_driver_branch": "575"}, profiles)
@@ -109,14 +110,16 @@ def test_the_driver_branch_is_the_health_suite_s_driver_gate():
 
 
 def test_the_fabric_manager_goes_where_the_profiles_require_it():
-    profiles = ProfileSet()
-    nvswitch = sorted(n for n in profiles.names if profiles.get(n)["requires_fabric_manager"])
+    profiles = PROFILES
+    nvswitch = sorted(
+        n for n in profiles.names if profiles.get(n).values["requires_fabric_manager"]
+    )
     defaults = _yaml(ROLES / "nvidia_driver" / "defaults" / "main.yml")
     assert sorted(defaults["nvidia_driver_nvswitch_profiles"]) == nvswitch
 
 
 def test_shared_variables_default_to_what_the_health_suite_expects():
-    profile = ProfileSet().get("default")
+    profile = PROFILES.get("default").values
     nccl = _yaml(ROLES / "nccl_tests" / "defaults" / "main.yml")
     built = nccl["nccl_tests_dir"].replace(
         "{{ nccl_tests_install_dir }}", nccl["nccl_tests_install_dir"]
@@ -136,9 +139,10 @@ def test_role_variables_in_the_inventory_pass_the_health_suite_s_checks(role):
         for name, spec in _options(role).items()
     }
     values["gpu_profile"] = "h100-sxm"
-    shared = {n: v for n, v in values.items() if n in PROFILE_KEYS and v is not None}
-    others = {n: v for n, v in values.items() if n not in PROFILE_KEYS}
-    expectations_from_vars("node", {**others, **shared}, ProfileSet())
+    keys = limits_model().model_fields
+    shared = {n: v for n, v in values.items() if n in keys and v is not None}
+    others = {n: v for n, v in values.items() if n not in keys}
+    expectations_from_vars("node", {**others, **shared}, PROFILES)
 
 
 def test_playbooks_parse_with_the_example_inventories():
@@ -167,8 +171,9 @@ def test_collect_probes_with_the_limits_the_inventory_resolves_to():
         "gpu_count": 7,
         "nvidia_driver_branch": "575",
         "ansible_host": "10.0.0.7",
+        "probe_timeout_s": 60,
     }
-    argv = filters.probe_argv(hostvars, python="/usr/bin/python3", timeout_s=60)
+    argv = filters.probe_argv(hostvars, python="/usr/bin/python3")
     assert argv[:5] == ["timeout", "-k", "5", "60", "/usr/bin/python3"]
     expect = json.loads(zlib.decompress(base64.b64decode(argv[-1])))["config"]["expect"]
     assert expect["gpu_count"] == 7

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from gpuhealth import checks
+from gpuhealth import registry
 from selftest.facts import expected_baseline_skip
 from selftest.fakenvml import load_scenario, nvml_env, write_scenario
 from selftest.suite import run_suite
 
 HOST = socket.gethostname()
-GPU_CHECKS = [name for name in checks.names("gpu") if checks.REGISTRY[name].level == "quick"]
+GPU_CHECKS = [name for name in registry.names("gpu") if registry.checks()[name].level == "quick"]
 TREE = Path(__file__).parent / "data" / "system" / "hgx-h100-2socket"
 NODE_TOOLS = Path(__file__).parent / "standins" / "node"
 
@@ -90,15 +90,15 @@ def test_scenario_fails_exactly_its_tests(scenario, tmp_path, fake_nvml_lib, h10
     run = suite_on(scenario, tmp_path, fake_nvml_lib, h100_inventory)
     assert failed(run) == EXPECTED_FAILURES[scenario], run.output[-3000:]
     outcomes = run.outcomes()
-    all_gpu = checks.names("gpu")
-    assert len(outcomes) == len(checks.names("node")) + 8 * len(all_gpu) + 1  # + nccl fleet test
+    all_gpu = registry.names("gpu")
+    assert len(outcomes) == len(registry.names("node")) + 8 * len(all_gpu) + 1  # + nccl fleet test
     messages = run.messages()
     for test, status in outcomes.items():
         if status != "skipped":
             continue
         name = test.split("[")[0].removeprefix("test_")
-        reason = expected_baseline_skip(name) if name in checks.REGISTRY else None
-        if name == "nccl_multinode" or (reason and checks.REGISTRY[name].level != "quick"):
+        reason = expected_baseline_skip(name) if name in registry.checks() else None
+        if name == "nccl_multinode" or (reason and registry.checks()[name].level != "quick"):
             reason = "not run at level quick"
         assert reason and reason in messages[test], (test, messages[test])
     verdict = run.verdicts["nodes"][HOST]

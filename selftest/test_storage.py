@@ -22,20 +22,15 @@ from typing import Any
 
 import pytest
 
-from gpuhealth import checks
-from gpuhealth.config import (
-    ConfigError,
-    Expectations,
-    ProfileSet,
-    expectations_from_vars,
-    resolve_limits,
-)
-from gpuhealth.parsers import ParseError, mounts
-from gpuhealth.probe import command, storage
-from selftest.facts import healthy_h100
+from gpuhealth.config import ConfigError, expectations_from_vars
+from gpuhealth.families.storage import parse_mounts as mounts
+from gpuhealth.families.storage import probe as storage
+from gpuhealth.parsing import ParseError
+from gpuhealth.probe import command
+from selftest.facts import PROFILES, healthy_h100
+from selftest.facts import judge as judge_facts
+from selftest.facts import probe as run_probe
 from selftest.suite import run_suite
-
-PROFILES = ProfileSet()
 
 # A GPU node's /proc/mounts as the kernel prints it: NFSv4 home, FSx for Lustre, an NFSv3
 # share whose mount point has a space (kernel-escaped as \040), WEKA and a FUSE filesystem.
@@ -53,22 +48,17 @@ s3fs /mnt/s3 fuse.s3fs rw,nosuid,nodev,relatime,user_id=0,group_id=0,allow_other
 
 
 def probe(paths: list[Any], root: str = "/", **expect: Any) -> dict[str, Any]:
-    errors: list[dict[str, Any]] = []
-    section = storage.collect(
-        {"root": root, "expect": {"storage_paths": paths, "storage_timeout_s": 1, **expect}},
-        errors,
-    )
-    section["errors"] = errors
-    return section
+    expect = {"storage_paths": paths, "storage_timeout_s": 1, **expect}
+    sections, errors = run_probe("storage", root, **expect)
+    return {**sections["storage"], "errors": errors}
 
 
 def by_path(section: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {r["path"]: r for r in section["paths"]}
 
 
-def judge(name: str, section: dict[str, Any], **overrides: Any) -> checks.Result:
-    limits = resolve_limits(Expectations(None, None, overrides), PROFILES, None)
-    return checks.evaluate(name, checks.NodeView("n1", {"storage": section}, limits))
+def judge(name: str, section: dict[str, Any], **overrides: Any) -> Any:
+    return judge_facts(name, {"storage": section}, profile=None, host="n1", **overrides)
 
 
 def zombie_children() -> list[int]:
@@ -233,8 +223,8 @@ def test_write_refused_is_a_failure(tree):
     assert sys_record["kind"] == "dir" and sys_record["entries"] > 0
     result = judge("storage_paths", section, storage_paths=[{"path": "/sys", "writable": True}])
     assert result.status == "FAIL"
-    assert "/sys: write: permission denied" in result.message
-    assert "read-write (`mount | grep /sys`" in result.message
+    assert "/sys: write: permission denied" in result.text
+    assert "read-write (`mount | grep /sys`" in result.text
 
 
 def test_absurd_free_space_limit_fails(tree):
@@ -244,9 +234,9 @@ def test_absurd_free_space_limit_fails(tree):
     result = judge("storage_paths", section, storage_paths=paths)
     assert result.status == "FAIL"
     assert f"1 of 2 storage paths failing: {tree / 'ckpt'}: only {free:.1f} GB free" in (
-        result.message
+        result.text
     )
-    assert "expected >= 1000000000 GB" in result.message and "grow the filesystem" in result.message
+    assert "expected >= 1000000000 GB" in result.text and "grow the filesystem" in result.text
     everywhere = judge("storage_paths", section, storage_paths=paths[:1], storage_min_free_gb=1e9)
     assert everywhere.status == "FAIL"
     assert judge("storage_paths", section, storage_paths=paths[:1]).status == "PASS"
@@ -281,8 +271,8 @@ def test_network_mounts_and_lustre_health_under_a_root_prefix(tmp_path):
     assert section["lustre_health_check"] == "healthy"
     result = judge("distributed_mounts", section)
     assert result.status == "PASS"
-    assert "5 network mounts answer (nfs4 /home, lustre /fsx" in result.message
-    assert "Lustre health_check healthy" in result.message
+    assert "5 network mounts answer (nfs4 /home, lustre /fsx" in result.text
+    assert "Lustre health_check healthy" in result.text
 
 
 def test_unhealthy_lustre_and_unreachable_mount_fail(tmp_path):
@@ -294,12 +284,12 @@ def test_unhealthy_lustre_and_unreachable_mount_fail(tmp_path):
     result = judge("distributed_mounts", section)
     assert result.status == "FAIL"
     assert "/fsx (lustre from fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com@tcp:/abcdefgh)" in (
-        result.message
+        result.text
     )
     assert "Lustre health_check reads 'device fsx-OST0003-osc-ffff9a2c reported unhealthy / " in (
-        result.message
+        result.text
     )
-    assert "umount -l /fsx && mount /fsx" in result.message and "LBUG" in result.message
+    assert "umount -l /fsx && mount /fsx" in result.text and "LBUG" in result.text
 
 
 def test_no_network_filesystem_skips(tmp_path):
@@ -311,7 +301,7 @@ def test_no_network_filesystem_skips(tmp_path):
     assert section["unavailable"]["lustre_health_check"]["kind"] == "absent"
     result = judge("distributed_mounts", section)
     assert result.status == "SKIP"
-    assert "no network filesystem mounted on n1 (types: lustre, nfs, nfs4)" in result.message
+    assert "no network filesystem mounted on n1 (types: lustre, nfs, nfs4)" in result.text
 
 
 def test_unreadable_mount_table_fails_and_is_recorded(tmp_path):
@@ -319,7 +309,7 @@ def test_unreadable_mount_table_fails_and_is_recorded(tmp_path):
     assert section["mounts"] is None
     assert section["errors"] == [{"probe": "storage", "error": "cannot read /proc/mounts"}]
     result = judge("distributed_mounts", section)
-    assert result.status == "FAIL" and "could not read the mount table" in result.message
+    assert result.status == "FAIL" and "could not read the mount table" in result.text
 
 
 def test_lustre_mounted_without_health_check_fails(tmp_path):
@@ -327,7 +317,7 @@ def test_lustre_mounted_without_health_check_fails(tmp_path):
     (root / "fsx").mkdir()
     result = judge("distributed_mounts", probe([], root=str(root)))
     assert result.status == "FAIL"
-    assert "Lustre health_check unreadable: no /sys/fs/lustre/health_check" in result.message
+    assert "Lustre health_check unreadable: no /sys/fs/lustre/health_check" in result.text
 
 
 # ---------------------------------------------------------------- checks on recorded facts
@@ -336,7 +326,13 @@ def test_lustre_mounted_without_health_check_fails(tmp_path):
 def test_storage_paths_message_names_each_path_with_what_was_measured():
     section = {
         "paths": [
-            {"path": "/mnt/nfs/ckpt", "ok": False, "error": "timed out after 5 s", "wrote": None},
+            {
+                "path": "/mnt/nfs/ckpt",
+                "ok": False,
+                "error": "timed out after 5 s",
+                "timed_out": True,
+                "wrote": None,
+            },
             {"path": "/data", "ok": False, "error": "list: permission denied", "wrote": None},
             {"path": "/scratch", "ok": True, "error": None, "free_gb": 12.04, "wrote": True},
         ]
@@ -344,31 +340,31 @@ def test_storage_paths_message_names_each_path_with_what_was_measured():
     configured = ["/mnt/nfs/ckpt", "/data", {"path": "/scratch", "writable": True}, "/models"]
     result = judge("storage_paths", section, storage_paths=configured, storage_min_free_gb=100)
     assert result.status == "FAIL"
-    assert result.message.startswith(
+    assert result.text.startswith(
         "n1: 4 of 4 storage paths failing: /mnt/nfs/ckpt: timed out after 5 s; "
         "/data: list: permission denied; /scratch: only 12.0 GB free, expected >= 100 GB; "
-        "/models: not measured by the probe. Action: a hung mount under /mnt/nfs/ckpt: "
+        "/models: not measured by the probe. Action DRAIN: a hung mount under /mnt/nfs/ckpt: "
     )
-    assert "`mount | grep /data`" in result.message
-    assert "check the NFS/Lustre server" in result.action
+    assert "`mount | grep /data`" in result.text
+    assert "check the NFS/Lustre server" in result.advice
 
 
 def test_storage_paths_pass_and_skip():
     section = {"paths": [{"path": "/data", "ok": True, "free_gb": 500.0, "wrote": True}]}
     configured = [{"path": "/data", "writable": True, "min_free_gb": 100}]
     result = judge("storage_paths", section, storage_paths=configured)
-    assert (result.status, result.message) == (
+    assert (result.status, result.text) == (
         "PASS",
         "n1: 1 storage paths readable, 1 writable, free space within limits on 1",
     )
     skipped = judge("storage_paths", section)
-    assert skipped.status == "SKIP" and "no storage_paths configured for n1" in skipped.message
+    assert skipped.status == "SKIP" and "no storage_paths configured for n1" in skipped.text
 
 
 def test_writable_path_probed_read_only_is_not_a_pass():
     section = {"paths": [{"path": "/data", "ok": True, "free_gb": 500.0, "wrote": None}]}
     result = judge("storage_paths", section, storage_paths=[{"path": "/data", "writable": True}])
-    assert result.status == "FAIL" and "/data: write test not run by the probe" in result.message
+    assert result.status == "FAIL" and "/data: write test not run by the probe" in result.text
 
 
 def test_hung_mount_message():
@@ -387,16 +383,15 @@ def test_hung_mount_message():
     }
     result = judge("distributed_mounts", section)
     assert result.status == "FAIL"
-    assert result.message.startswith(
-        "n1: /home (nfs4 from 10.20.0.5:/export/home): timed out after 5 s. Action: "
+    assert result.text.startswith(
+        "n1: /home (nfs4 from 10.20.0.5:/export/home): timed out after 5 s. Action DRAIN: "
     )
 
 
 def test_evidence_without_storage_is_not_evaluated():
     facts = {"source": "evidence-file", "storage": None}
-    limits = resolve_limits(Expectations(None, None, {"storage_paths": ["/data"]}), PROFILES, None)
-    result = checks.evaluate("storage_paths", checks.NodeView("n1", facts, limits))
-    assert result.status == "SKIP" and "not evaluated" in result.message
+    result = judge_facts("storage_paths", facts, profile=None, host="n1", storage_paths=["/data"])
+    assert result.status == "SKIP" and "not evaluated" in result.text
 
 
 # ---------------------------------------------------------------- inventory validation
@@ -405,13 +400,14 @@ def test_evidence_without_storage_is_not_evaluated():
 @pytest.mark.parametrize(
     ("paths", "message"),
     [
-        (["/data", "data/x"], "storage_paths[1]: 'data/x' is not an absolute path"),
-        ([{"path": "ckpt"}], "storage_paths[0]: 'ckpt' is not an absolute path"),
+        (["/data", "data/x"], "storage_paths[1].path': not an absolute path (got 'data/x')"),
+        ([{"path": "ckpt"}], "storage_paths[0].path': not an absolute path (got 'ckpt')"),
         ([{"path": "/a", "writeable": True}], "storage_paths[0]: unknown key 'writeable'"),
-        ([{"path": "/a", "writable": "yes"}], "writable must be true or false, got 'yes'"),
-        ([{"path": "/a", "min_free_gb": "lots"}], "min_free_gb must be a number >= 0"),
-        ([42], "storage_paths[0]: 42 is neither a path nor a mapping with a 'path'"),
-        ("/data", "key 'storage_paths' must be list"),
+        ([{"path": "/a", "writable": "yes"}], "storage_paths[0].writable' must be bool, got 'yes'"),
+        ([{"path": "/a", "min_free_gb": -1}], "min_free_gb' must be >= 0, got -1"),
+        ([{"path": "/a", "min_free_gb": "lots"}], "min_free_gb' must be int or float, got 'lots'"),
+        ([42], "storage_paths[0]' must be an absolute path or a mapping with a 'path', got 42"),
+        ("/data", "key 'storage_paths' must be a list, got '/data'"),
     ],
 )
 def test_bad_storage_paths_name_host_and_entry(paths, message):
@@ -423,7 +419,7 @@ def test_bad_storage_paths_name_host_and_entry(paths, message):
 def test_other_storage_keys_are_validated():
     with pytest.raises(ConfigError, match="'storage_timeout_s' must be > 0"):
         expectations_from_vars("n2", {"storage_timeout_s": 0}, PROFILES)
-    with pytest.raises(ConfigError, match=r"storage_mount_types\[0\]: '' is not a filesystem"):
+    with pytest.raises(ConfigError, match=r"storage_mount_types\[0\]': not a filesystem type"):
         expectations_from_vars("n2", {"storage_mount_types": [""]}, PROFILES)
     ok = expectations_from_vars("n2", {"storage_mount_types": ["wekafs", "fuse.*"]}, PROFILES)
     assert ok.overrides["storage_mount_types"] == ["wekafs", "fuse.*"]
@@ -440,7 +436,10 @@ def test_relative_storage_path_is_one_usage_error(tmp_path):
     inventory.write_text("all:\n  hosts:\n    n2:\n      storage_paths: [/data, data/x]\n")
     run = run_suite(tmp_path / "r", "--facts", str(facts), "--inventory", str(inventory))
     assert run.rc == 4, run.output
-    assert "inventory host n2: storage_paths[1]: 'data/x' is not an absolute path" in run.output
+    assert (
+        "inventory host n2: key 'storage_paths[1].path': not an absolute path (got 'data/x')"
+        in run.output
+    )
     assert "Traceback" not in run.output
 
 

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuhealth import checks
-from gpuhealth.plugin import host_of
+from gpuhealth import registry
+from gpuhealth.config import Expectations
+from gpuhealth.plugin import host_groups, safe_name
+from gpuhealth.targets import Target
 from selftest.facts import healthy_h100, write_facts
 from selftest.suite import run_suite
 
@@ -44,12 +46,16 @@ def fleet(tmp_path: Path) -> tuple[Path, Path]:
     return facts, inventory
 
 
-GPU_MODULES = {"gpuhealth.checks.gpu", "gpuhealth.checks.kernel", "gpuhealth.checks.memory"}
+GPU_MODULES = {
+    "gpuhealth.families.gpu.checks",
+    "gpuhealth.families.kernel.checks",
+    "gpuhealth.families.reclaim.checks",
+}
 
 
 def check_module(test_id: str) -> str | None:
     """The module of the check a test id judges (test_<check>[...]), if it is one."""
-    chk = checks.REGISTRY.get(test_id.split("[")[0].removeprefix("test_"))
+    chk = registry.checks().get(test_id.split("[")[0].removeprefix("test_"))
     return chk.fn.__module__ if chk else None
 
 
@@ -61,7 +67,7 @@ def test_offline_fleet_fails_exactly_the_faulty_tests(tmp_path):
     facts, inventory = fleet(tmp_path)
     run = run_suite(tmp_path / "r", "--facts", str(facts), "--inventory", str(inventory))
     assert run.rc == 1, run.output
-    quick_gpu_checks = [n for n in checks.names("gpu") if checks.REGISTRY[n].level == "quick"]
+    quick_gpu_checks = [n for n in registry.names("gpu") if registry.checks()[n].level == "quick"]
     gpu7 = {f"test_{name}[n3-gpu7]" for name in quick_gpu_checks}
     # A missing GPU also leaves the node's GPUs unevenly spread over its NUMA nodes.
     assert (
@@ -72,7 +78,7 @@ def test_offline_fleet_fails_exactly_the_faulty_tests(tmp_path):
     fleet_tests = 1  # test_nccl_multinode[fleet]
     assert (
         len(outcomes)
-        == 3 * len(checks.names("node")) + 3 * 8 * len(checks.names("gpu")) + fleet_tests
+        == 3 * len(registry.names("node")) + 3 * 8 * len(registry.names("gpu")) + fleet_tests
     )
     assert outcomes["test_recovery_action[n1-gpu0]"] == "passed"
     assert outcomes["test_retired_pages[n1-gpu0]"] == "skipped"
@@ -128,8 +134,8 @@ def test_gpu_less_machine_skips_with_the_reason_and_passes(tmp_path):
         for test, message in run.messages().items()
         if check_module(test) in GPU_MODULES
     }
-    expected = sum(check_module(f"test_{n}") in GPU_MODULES for n in checks.names("node"))
-    expected += 8 * sum(check_module(f"test_{n}") in GPU_MODULES for n in checks.names("gpu"))
+    expected = sum(check_module(f"test_{n}") in GPU_MODULES for n in registry.names("node"))
+    expected += 8 * sum(check_module(f"test_{n}") in GPU_MODULES for n in registry.names("gpu"))
     assert len(gpu_tests) == expected
     assert all(f"no NVIDIA GPU/driver on {me}" in m for m in gpu_tests.values()), gpu_tests
     node = run.verdicts["nodes"][me]
@@ -218,16 +224,41 @@ def test_one_probe_per_host_with_xdist(tmp_path):
     assert log.read_text().count("probe") == 1
 
 
+def targets(*names: str, gpus: int = 8) -> list[Target]:
+    return [Target(name, Expectations(None, gpus, {})) for name in names]
+
+
+def test_xdist_groups_come_from_the_hosts_not_from_parsing_ids():
+    groups = host_groups(targets("node-17", "gpu-box"))
+    assert groups["node-17"] == groups["node-17-gpu3"] == "node-17"
+    assert groups["gpu-box"] == groups["gpu-box-gpu0"] == "gpu-box"
+
+
+def test_hosts_whose_ids_could_collide_share_one_worker():
+    """`dgx` GPU 1 and a host named `dgx-gpu1` are the id `dgx-gpu1`: one group, one worker,
+    and each host still gets exactly one probe."""
+    groups = host_groups(targets("dgx", "dgx-gpu1", "n2"))
+    assert groups["dgx-gpu1"] == groups["dgx"] == groups["dgx-gpu1-gpu7"] == groups["dgx-gpu3"]
+    assert groups["n2"] == "n2"
+
+
+def test_gpu_named_hosts_under_xdist_give_the_serial_outcomes(tmp_path):
+    n2 = healthy_h100()
+    n2["gpus"][1]["ecc"]["volatile"]["uncorrected"] = 3
+    facts = write_facts(tmp_path / "facts", **{"dgx": healthy_h100(), "dgx-gpu1": n2})
+    serial = run_suite(tmp_path / "a", "--facts", str(facts), "--profile", "h100-sxm")
+    parallel = run_suite(tmp_path / "b", "--facts", str(facts), "--profile", "h100-sxm", "-n", "2")
+    assert parallel.outcomes() == serial.outcomes()
+    assert failed(parallel) == {"test_ecc_errors[dgx-gpu1-gpu1]"}
+    assert parallel.verdicts["nodes"]["dgx"]["verdict"] == "PASS"
+
+
 @pytest.mark.parametrize(
-    ("nodeid", "host"),
-    [
-        ("tests/test_gpu.py::test_ecc_errors[node-17-gpu3]", "node-17"),
-        ("tests/test_node.py::test_gpu_count[node-17]", "node-17"),
-        ("tests/test_node.py::test_gpu_count[gpu-box]", "gpu-box"),
-    ],
+    ("host", "name"),
+    [("../../x", ".._.._x"), ("n1\nevil", "n1_evil"), ("..", "_.."), ("node17", "node17")],
 )
-def test_xdist_scope_is_the_host(nodeid, host):
-    assert host_of(nodeid) == host
+def test_host_names_become_safe_file_names(host, name):
+    assert safe_name(host.replace("\\n", "\n")) == name
 
 
 def test_unreachable_host_is_unreachable_and_the_rest_goes_on(tmp_path):

@@ -21,13 +21,22 @@ from typing import Any
 
 import pytest
 
-from gpuhealth import checks
-from gpuhealth.config import ConfigError, ProfileSet, expectations_from_vars
-from gpuhealth.parsers import ParseError, numactl, proc
-from gpuhealth.probe import host
-from gpuhealth.probe.main import SUBPROBES
+from gpuhealth import registry
+from gpuhealth.config import ConfigError, expectations_from_vars
+from gpuhealth.families.system import parse_numactl as numactl
+from gpuhealth.families.system import parse_proc as proc
+from gpuhealth.families.system import probe as host
+from gpuhealth.parsing import ParseError
 from gpuhealth.transport import parse_output, probe_command
-from selftest.facts import healthy_h100, healthy_system, view, write_facts
+from selftest.facts import (
+    PROFILES,
+    healthy_h100,
+    healthy_system,
+    judge,
+    probe,
+    probe_config,
+    write_facts,
+)
 from selftest.suite import run_suite
 
 DATA = Path(__file__).parent / "data" / "system"
@@ -85,8 +94,8 @@ def tree_copy(tmp_path: Path) -> Path:
 
 
 def collect(root: Path = TREE, **expect: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    errors: list[dict[str, Any]] = []
-    return host.collect({"root": str(root), "expect": expect}, errors), errors
+    sections, errors = probe("system", root, **expect)
+    return sections["system"], errors
 
 
 def healthy_node(**expect: Any) -> dict[str, Any]:
@@ -94,10 +103,6 @@ def healthy_node(**expect: Any) -> dict[str, Any]:
     facts = healthy_h100()
     facts["system"] = healthy_system(**expect)
     return facts
-
-
-def judge(name: str, facts: dict[str, Any], **limits: Any) -> checks.Result:
-    return checks.evaluate(name, view(facts, **limits))
 
 
 # ---------------------------------------------------------------- parsers
@@ -198,8 +203,8 @@ def test_cpulist_garbage():
 # ---------------------------------------------------------------- the sub-probe
 
 
-def test_subprobe_is_registered_under_system():
-    assert ("system", host.collect) in SUBPROBES
+def test_family_writes_the_system_section():
+    assert registry.sections()["system"] == "system" and host.SECTIONS == ("system",)
 
 
 def test_collects_the_two_socket_tree(tools):
@@ -260,7 +265,7 @@ def test_hung_statvfs_is_a_timeout_not_a_hung_probe(monkeypatch):
 
     monkeypatch.setattr(host.os, "statvfs", statvfs)
     started = time.monotonic()
-    record = host.disk_free(str(TREE), "/nfs-scratch", timeout_s=0.5)
+    record = host.disk_free(str(TREE), "/nfs-scratch", 0.5)
     release.set()
     assert time.monotonic() - started < 5
     assert record["free_bytes"] is None
@@ -272,9 +277,7 @@ def test_hung_statvfs_is_a_timeout_not_a_hung_probe(monkeypatch):
     facts["system"]["disks"].append(record)
     result = judge("host_resources", facts, scratch_paths=["/nfs-scratch"])
     assert result.status == "FAIL"
-    assert "/nfs-scratch: free space unknown (/nfs-scratch: statvfs did not return" in (
-        result.message
-    )
+    assert "/nfs-scratch: free space unknown (/nfs-scratch: statvfs did not return" in (result.text)
 
 
 def test_missing_tools_and_files_are_recorded_not_raised(tools, tmp_path):
@@ -314,12 +317,11 @@ def test_systemctl_without_systemd_is_not_available(tools):
     assert errors == []
 
 
-def test_hanging_tools_are_killed_and_recorded(tools, monkeypatch):
-    monkeypatch.setattr(host, "COMMAND_TIMEOUT_S", 1.0)
+def test_hanging_tools_are_killed_and_recorded(tools):
     tools.add("numactl", "exec /bin/sleep 600\n")
     tools.add("systemctl", "exec /bin/sleep 600\n")
     started = time.monotonic()
-    system, errors = collect()
+    system, errors = collect(system_command_timeout_s=1.0)
     assert time.monotonic() - started < 8
     assert system["numactl"]["available"] and "timed out after 1 s" in system["numactl"]["error"]
     assert system["unavailable"]["services"]["kind"] == "timeout"
@@ -346,7 +348,7 @@ def test_memlock_of_the_probe_process_through_the_shipped_bundle(limit, expected
     """The real bundle under `prlimit`, as a job started the same way would run."""
     if shutil.which("prlimit") is None:
         pytest.skip("prlimit (util-linux) not installed")
-    command = probe_command({"root": str(TREE)}, python=sys.executable)
+    command = probe_command(probe_config(TREE), python=sys.executable)
     run = subprocess.run(
         ["prlimit", f"--memlock={limit}", "--", "/bin/sh", "-c", command],
         capture_output=True,
@@ -374,19 +376,19 @@ def test_healthy_two_socket_node_passes_every_system_check(tools):
     limits = {"fabric": "infiniband", "dcgm_installed": True, "gpud_installed": True}
     results = {name: judge(name, facts, **limits) for name in SYSTEM_CHECKS}
     assert {n: r.status for n, r in results.items()} == dict.fromkeys(SYSTEM_CHECKS, "PASS")
-    assert results["numa_topology"].message == (
+    assert results["numa_topology"].text == (
         "node17: 2 NUMA nodes; GPUs by node: node0: gpu0, gpu1, gpu2, gpu3; "
         "node1: gpu4, gpu5, gpu6, gpu7"
     )
-    assert results["kernel_modules"].message.endswith("nvidia, nvidia_uvm, nvidia_peermem")
-    assert "nvidia-fabricmanager, nvidia-dcgm, gpud" in results["gpu_services"].message
+    assert results["kernel_modules"].text.endswith("nvidia, nvidia_uvm, nvidia_peermem")
+    assert "nvidia-fabricmanager, nvidia-dcgm, gpud" in results["gpu_services"].text
 
 
 def test_numa_node_count_must_match():
     result = judge("numa_topology", healthy_node(), numa_nodes_expected=4)
     assert result.status == "FAIL"
-    assert "node17: 2 NUMA nodes, expected 4" in result.message
-    assert "node interleaving off" in result.action
+    assert "node17: 2 NUMA nodes, expected 4" in result.text
+    assert "node interleaving off" in result.advice
     assert judge("numa_topology", healthy_node(), numa_nodes_expected=2).status == "PASS"
 
 
@@ -397,11 +399,11 @@ def test_gpu_without_numa_affinity_fails_naming_gpu_and_bus(tmp_path):
     facts["system"] = healthy_system(root)
     result = judge("numa_topology", facts)
     assert result.status == "FAIL"
-    assert result.message == (
+    assert result.text == (
         "node17: NUMA affinity unknown on a 2-node host for gpu5 (bus 00000000:BB:00.0: "
-        f"numa_node -1). Action: {result.action}"
+        f"numa_node -1). Action FIX_CONFIG: {result.advice}"
     )
-    assert "update the BIOS" in result.action
+    assert "update the BIOS" in result.advice
 
 
 def test_all_gpus_on_one_socket_is_uneven(tmp_path):
@@ -413,10 +415,10 @@ def test_all_gpus_on_one_socket_is_uneven(tmp_path):
     result = judge("numa_topology", facts)
     assert result.status == "FAIL"
     assert "GPUs not split evenly over the 2 NUMA nodes with CPUs (node0: 8, node1: 0; " in (
-        result.message
+        result.text
     )
     assert "expected 4 each): node0: gpu0, gpu1, gpu2, gpu3, gpu4, gpu5, gpu6, gpu7" in (
-        result.message
+        result.text
     )
     # A profile without the spread rule accepts it.
     assert judge("numa_topology", facts, profile="default").status == "PASS"
@@ -427,7 +429,7 @@ def test_odd_gpu_count_cannot_be_split_evenly():
     del facts["gpus"][7]
     result = judge("numa_topology", facts)
     assert result.status == "FAIL"
-    assert "(node0: 4, node1: 3; 7 GPUs do not divide)" in result.message
+    assert "(node0: 4, node1: 3; 7 GPUs do not divide)" in result.text
 
 
 def test_kernel_without_numa_counts_as_one_node():
@@ -438,7 +440,7 @@ def test_kernel_without_numa_counts_as_one_node():
     system["gpu_numa_nodes"] = dict.fromkeys(system["gpu_numa_nodes"])
     assert judge("numa_topology", facts, numa_nodes_expected=1).status == "PASS"
     result = judge("numa_topology", facts, numa_nodes_expected=2)
-    assert result.status == "FAIL" and "1 NUMA node, expected 2" in result.message
+    assert result.status == "FAIL" and "1 NUMA node, expected 2" in result.text
 
 
 def test_single_node_host_with_unknown_affinity_passes():
@@ -448,7 +450,7 @@ def test_single_node_host_with_unknown_affinity_passes():
     system["gpu_numa_nodes"] = dict.fromkeys(system["gpu_numa_nodes"], -1)
     result = judge("numa_topology", facts, profile="default")
     assert result.status == "PASS"
-    assert "1 NUMA node; GPUs by node: node0: gpu0" in result.message
+    assert "1 NUMA node; GPUs by node: node0: gpu0" in result.text
 
 
 def test_numactl_missing_fails_with_the_install_hint():
@@ -461,8 +463,8 @@ def test_numactl_missing_fails_with_the_install_hint():
     }
     result = judge("numactl", facts)
     assert result.status == "FAIL"
-    assert "node17: numactl not installed (numactl: command not found)" in result.message
-    assert "apt-get install numactl" in result.action and "role numactl" in result.action
+    assert "node17: numactl not installed (numactl: command not found)" in result.text
+    assert "apt-get install numactl" in result.advice and "role numactl" in result.advice
 
 
 def test_numactl_failing_fails(tools):
@@ -472,7 +474,7 @@ def test_numactl_failing_fails(tools):
     facts["system"], _ = collect()
     result = judge("numactl", facts)
     assert result.status == "FAIL"
-    assert "numactl --hardware failed: exit 1: No NUMA available on this system" in result.message
+    assert "numactl --hardware failed: exit 1: No NUMA available on this system" in result.text
 
 
 @pytest.mark.parametrize(
@@ -487,8 +489,8 @@ def test_numactl_failing_fails(tools):
 def test_resource_thresholds_fail_with_measured_and_limit(limits, message):
     result = judge("host_resources", healthy_node(), **limits)
     assert result.status == "FAIL"
-    assert message in result.message
-    assert "Action:" in result.message
+    assert message in result.text
+    assert result.action.value in ("INSPECT", "FIX_CONFIG") and result.advice
 
 
 def test_low_available_memory_and_missing_scratch_fail(tmp_path):
@@ -496,16 +498,16 @@ def test_low_available_memory_and_missing_scratch_fail(tmp_path):
     facts["system"]["memory_available_kb"] = facts["system"]["memory_total_kb"] // 20
     result = judge("host_resources", facts, scratch_paths=["/raid"])
     assert result.status == "FAIL"
-    assert "memory available 5% < 10%" in result.message
-    assert "/raid: free space unknown (/raid: No such file or directory)" in result.message
-    assert "check the scratch mount" in result.action
+    assert "memory available 5% < 10%" in result.text
+    assert "/raid: free space unknown (/raid: No such file or directory)" in result.text
+    assert "check the scratch mount" in result.advice
 
 
 def test_resources_pass_names_what_was_measured():
     result = judge("host_resources", healthy_node(), min_cpus=224, min_memory_gb=2000)
     assert result.status == "PASS"
-    assert "224 CPUs" in result.message and "memory 2015.5 GiB (98% available)" in result.message
-    assert "/ " in result.message and "GiB free" in result.message
+    assert "224 CPUs" in result.text and "memory 2015.5 GiB (98% available)" in result.text
+    assert "/ " in result.text and "GiB free" in result.text
 
 
 @pytest.mark.parametrize(
@@ -543,9 +545,9 @@ def test_memlock(memlock, limits, status, message):
     facts = healthy_node()
     facts["system"]["memlock_kb"] = memlock
     result = judge("memlock_limit", facts, **limits)
-    assert (result.status, message in result.message) == (status, True), result.message
+    assert (result.status, message in result.text) == (status, True), result.text
     if status == "FAIL":
-        assert "memlock unlimited" in result.action and "DefaultLimitMEMLOCK" in result.action
+        assert "memlock unlimited" in result.advice and "DefaultLimitMEMLOCK" in result.advice
 
 
 def test_missing_peermem_fails_on_infiniband_only(tmp_path):
@@ -557,9 +559,9 @@ def test_missing_peermem_fails_on_infiniband_only(tmp_path):
     result = judge("kernel_modules", facts, fabric="infiniband")
     assert result.status == "FAIL"
     assert "kernel modules not loaded: nvidia_peermem (GPUDirect RDMA over infiniband)" in (
-        result.message
+        result.text
     )
-    assert "modprobe nvidia_peermem" in result.action
+    assert "modprobe nvidia_peermem" in result.advice
     assert judge("kernel_modules", facts, fabric="none").status == "PASS"
     assert (
         judge("kernel_modules", facts, fabric="infiniband", require_nvidia_peermem=False).status
@@ -570,7 +572,7 @@ def test_missing_peermem_fails_on_infiniband_only(tmp_path):
 def test_efa_fabric_needs_the_efa_module():
     result = judge("kernel_modules", healthy_node(), fabric="efa")
     assert result.status == "FAIL"
-    assert "efa (the EFA driver" in result.message and "nvidia_peermem" not in result.message
+    assert "efa (the EFA driver" in result.text and "nvidia_peermem" not in result.text
 
 
 def test_no_proc_modules_skips_with_the_reason():
@@ -582,13 +584,13 @@ def test_no_proc_modules_skips_with_the_reason():
     }
     result = judge("kernel_modules", facts)
     assert result.status == "SKIP"
-    assert "loaded kernel modules not supported here (no /proc/modules" in result.message
+    assert "loaded kernel modules not supported here (no /proc/modules" in result.text
     facts["system"]["unavailable"]["kernel_modules"] = {
         "kind": "error",
         "detail": "/proc/modules line 3: cannot read 'x'",
     }
     result = judge("kernel_modules", facts)
-    assert result.status == "FAIL" and "could not read loaded kernel modules" in result.message
+    assert result.status == "FAIL" and "could not read loaded kernel modules" in result.text
 
 
 def test_inactive_fabric_manager_fails_on_nvswitch_profiles():
@@ -596,8 +598,8 @@ def test_inactive_fabric_manager_fails_on_nvswitch_profiles():
     facts["system"]["services"]["nvidia-fabricmanager"] = "failed"
     result = judge("gpu_services", facts)
     assert result.status == "FAIL"
-    assert "nvidia-fabricmanager is failed (expected active)" in result.message
-    assert "systemctl enable --now nvidia-fabricmanager" in result.action
+    assert "nvidia-fabricmanager is failed (expected active)" in result.text
+    assert "systemctl enable --now nvidia-fabricmanager" in result.advice
     # A PCIe SKU needs no fabric manager.
     assert judge("gpu_services", facts, profile="l40s").status == "PASS"
 
@@ -608,7 +610,7 @@ def test_dcgm_and_gpud_must_run_where_the_inventory_installs_them():
     assert judge("gpu_services", facts).status == "PASS"
     result = judge("gpu_services", facts, dcgm_installed=True, gpud_installed=True)
     assert result.status == "FAIL"
-    assert "nvidia-dcgm is inactive; gpud is activating (expected active)" in result.message
+    assert "nvidia-dcgm is inactive; gpud is activating (expected active)" in result.text
 
 
 def test_services_skip_without_systemctl_and_fail_when_it_hangs():
@@ -620,13 +622,13 @@ def test_services_skip_without_systemctl_and_fail_when_it_hangs():
     }
     result = judge("gpu_services", facts)
     assert result.status == "SKIP"
-    assert "systemctl not available" in result.message
+    assert "systemctl not available" in result.text
     facts["system"]["unavailable"]["services"] = {
         "kind": "timeout",
         "detail": "systemctl is-active ... timed out after 10 s",
     }
     result = judge("gpu_services", facts)
-    assert result.status == "FAIL" and "timed out" in result.message
+    assert result.status == "FAIL" and "timed out" in result.text
 
 
 def test_gpu_less_machine_skips_gpu_node_rules_but_judges_resources(tools):
@@ -641,9 +643,9 @@ def test_gpu_less_machine_skips_gpu_node_rules_but_judges_resources(tools):
     for name in SYSTEM_CHECKS:
         result = judge(name, facts, profile="default")
         expected = "PASS" if name == "host_resources" else "SKIP"
-        assert result.status == expected, result.message
+        assert result.status == expected, result.text
         if expected == "SKIP":
-            assert result.message == "node17: no NVIDIA GPU/driver on node17"
+            assert result.text == "node17: no NVIDIA GPU/driver on node17"
 
 
 def test_gpu_less_machine_that_should_have_gpus_is_judged(tools):
@@ -651,17 +653,19 @@ def test_gpu_less_machine_that_should_have_gpus_is_judged(tools):
     facts["gpus"] = []
     facts["system"], _ = collect(Path("/"))
     result = judge("numactl", facts, profile="default", gpu_count=8)
-    assert result.status == "FAIL" and "numactl not installed" in result.message
+    assert result.status == "FAIL" and "numactl not installed" in result.text
 
 
 def test_profiles_carry_the_system_keys():
-    profiles = ProfileSet()
+    profiles = PROFILES
     for name in ("h100-sxm", "h200-sxm", "b200", "a100-sxm-80gb"):
-        assert profiles.get(name)["requires_fabric_manager"] is True, name
-        assert profiles.get(name)["gpus_even_over_numa_nodes"] is True, name
+        assert profiles.get(name).values["requires_fabric_manager"] is True, name
+        assert profiles.get(name).values["gpus_even_over_numa_nodes"] is True, name
     default = profiles.get("default")
-    assert default["numa_nodes_expected"] is None and default["min_memlock_kb"] is None
-    assert default["requires_fabric_manager"] is False
+    assert (
+        default.values["numa_nodes_expected"] is None and default.values["min_memlock_kb"] is None
+    )
+    assert default.values["requires_fabric_manager"] is False
     with pytest.raises(ConfigError, match="min_memlock_kb' must be int"):
         expectations_from_vars("n1", {"min_memlock_kb": "lots"}, profiles)
 

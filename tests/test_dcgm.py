@@ -6,8 +6,7 @@ Select them with `-m dcgm`.
 
 import pytest
 
-from gpuhealth.active.suite import with_active
-from gpuhealth.plugin import judge
+from gpuhealth.plugin import judge, with_active
 
 pytestmark = pytest.mark.dcgm
 

@@ -6,10 +6,9 @@ Select them with `-m gpud`.
 
 import pytest
 
-from gpuhealth.active.suite import attach_json
-from gpuhealth.checks.gpud import critical_events
-from gpuhealth.parsers.gpud import HEALTHY
-from gpuhealth.plugin import judge
+from gpuhealth.families.gpud.checks import critical_events
+from gpuhealth.families.gpud.parse_gpud import HEALTHY
+from gpuhealth.plugin import attach_json, judge
 
 pytestmark = pytest.mark.gpud
 

@@ -6,8 +6,8 @@ Active checks: each launches a load test on the nodes. Select them with `-m nccl
 
 import pytest
 
-from gpuhealth.active.suite import run_fleet_nccl, with_active
-from gpuhealth.plugin import judge
+from gpuhealth.families.nccl.fleet import run_fleet_nccl
+from gpuhealth.plugin import judge, with_active
 
 pytestmark = pytest.mark.nccl
 

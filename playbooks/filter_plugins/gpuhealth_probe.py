@@ -10,27 +10,30 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from gpuhealth.config import PROFILE_KEYS, ProfileSet, expectations_from_vars, resolve_limits
+from gpuhealth.config import (
+    ProfileSet,
+    expectations_from_vars,
+    limits_model,
+    resolve_limits,
+)
 from gpuhealth.transport import parse_output, probe_command
-
-# Inventory variables the probe's expectations are made of (the rest of hostvars is Ansible's).
-_EXPECTATION_VARS = (*PROFILE_KEYS, "gpu_profile", "nvidia_driver_branch")
 
 
 def probe_argv(
     hostvars: dict[str, Any],
     python: str = "python3",
-    timeout_s: float = 120,
-    nvml_call_timeout_s: float = 5.0,
     root: str = "/",
 ) -> list[str]:
     """The argv that runs the probe on the host, with the limits its inventory vars resolve to
-    (as the health suite resolves them before probing)."""
+    (as the health suite resolves them before probing; `probe_timeout_s` bounds it)."""
     host = str(hostvars.get("inventory_hostname", "host"))
-    known = {key: hostvars[key] for key in _EXPECTATION_VARS if key in hostvars}
+    # The inventory variables the probe's expectations are made of (the rest is Ansible's).
+    names = (*limits_model().model_fields, "gpu_profile", "nvidia_driver_branch")
+    known = {key: hostvars[key] for key in names if key in hostvars}
     profiles = ProfileSet()
     expect = resolve_limits(expectations_from_vars(host, known, profiles), profiles, None)
-    config = {"nvml_call_timeout_s": nvml_call_timeout_s, "root": root, "expect": expect.limits}
+    config = {"root": root, "expect": expect.values}
+    timeout_s = float(expect.values["probe_timeout_s"])
     return shlex.split(probe_command(config, python, timeout_s))
 
 

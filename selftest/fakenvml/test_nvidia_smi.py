@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gpuhealth.parsers import nvidia_smi_xml
+from gpuhealth.families.gpu import parse_smi_xml as nvidia_smi_xml
 from selftest.fakenvml import (
     SCENARIOS,
     build_library,

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuhealth import checks
-from gpuhealth.config import Expectations, ProfileSet, resolve_limits
-from gpuhealth.parsers import dcgm, nccl_tests
-from gpuhealth.probe import gpud as gpud_probe
+from gpuhealth.families.dcgm import parse_dcgm as dcgm
+from gpuhealth.families.nccl import parse_nccl_tests as nccl_tests
+from selftest.facts import judge, probe
 
 from . import bedlib, fleet, mirror, standins
 
@@ -185,25 +184,26 @@ def test_gpud_tarball_serves_the_scenario_over_https(built, tmp_path):
         assert started.returncode == 0, started.stderr
         again = subprocess.run(up, capture_output=True, text=True, env=env, timeout=30)
         assert again.stdout.startswith("gpud already running")
-        config = {"expect": {"gpud_installed": True, "gpud_address": address}}
-        healthy = gpud_probe.collect_states(config, [])
+
+        def gpud_sections() -> dict:
+            return probe("gpud", gpud_installed=True, gpud_address=address)[0]
+
+        healthy = gpud_sections()["gpud"]
         assert healthy["address"] == f"https://{address}"  # GPUd's default: self-signed TLS
         assert healthy["healthz"] == {"status": "ok", "version": "v1"}
         assert [s["health"] for s in healthy["states"]] == ["Healthy"]
-        assert gpud_probe.collect_events(config, [])["events"] == []
+        assert gpud_sections()["gpud_events"]["events"] == []
         # The scenario is read at every request, as GPUd reports what it sees now.
         Path(env["FAKE_NVML_SCENARIO"]).write_text(f"gpud.states={standins.GPUD_XID74}\n")
-        facts = {"gpud": gpud_probe.collect_states(config, [])}
-        limits = resolve_limits(Expectations("h100-sxm", None, {}), ProfileSet(), None)
-        result = checks.evaluate("gpud_health", checks.NodeView("n1", facts, limits))
+        result = judge("gpud_health", {"gpud": gpud_sections()["gpud"]}, host="n1")
         assert result.status == "FAIL"
-        assert "XID 74 (NVLINK Error) detected on PCI:0000:04:00" in result.message
-        assert "GPUd suggests REBOOT_SYSTEM" in result.message
+        assert "XID 74 (NVLINK Error) detected on PCI:0000:04:00" in result.text
+        assert "GPUd suggests REBOOT_SYSTEM" in result.text
     finally:
         down = subprocess.run([gpud, "down", *state], capture_output=True, text=True, timeout=30)
         os.waitpid(daemon, 0)
     assert down.stdout == "gpud stopped\n"
-    assert not gpud_probe.collect_states(config, [])["healthz"]
+    assert not gpud_sections()["gpud"]["healthz"]
 
 
 # ---------------------------------------------------------------- the mirror's files/

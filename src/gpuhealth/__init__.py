@@ -1,3 +1,3 @@
 """gpuhealth: commissioning and regression checks for GPU cluster nodes."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

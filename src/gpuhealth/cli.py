@@ -2,7 +2,7 @@
 
 - `gpuhealth triage FILE...`: judge saved evidence (a log in a ticket) with the suite's checks.
 - `gpuhealth probe`: print this machine's facts document (what the suite would judge).
-- `gpuhealth profiles`: list the SKU profiles and their limits.
+- `gpuhealth profiles`: list the SKU profiles, show one's limits, or every profile key.
 """
 
 from __future__ import annotations
@@ -10,42 +10,28 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gpuhealth import checks
+from gpuhealth import registry
 from gpuhealth import report as reporting
-from gpuhealth.checks import nccl as nccl_checks
-from gpuhealth.config import ConfigError, Expectations, ProfileSet, resolve_limits
+from gpuhealth.checks import NodeView, gpu_slots, judged
+from gpuhealth.config import ConfigError, Expectations, ProfileSet, key_table, resolve_limits
 from gpuhealth.evidence import EvidenceError, facts_from_files
+from gpuhealth.families.nccl.checks import set_node_count
+
+# Exit codes of `gpuhealth triage`: a FAIL verdict is 1; bad input is 2; a bug is 3, never 1.
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_BUG = 0, 1, 2, 3
 
 
-def _gpu_slots(view: checks.NodeView) -> int:
-    if view.expected_gpus is not None:
-        return view.expected_gpus
-    reported = view.facts.get("gpu_count")
-    return max(reported or 0, len(view.facts.get("gpus") or []))
-
-
-def triage_findings(view: checks.NodeView) -> list[reporting.Finding]:
+def triage_outcomes(view: NodeView) -> list[reporting.Outcome]:
     """Every check on one node's facts; GPU checks for each expected (or reported) GPU."""
-    findings = []
-    for name in checks.names("node"):
-        result = checks.evaluate(name, view)
-        findings.append(
-            reporting.Finding(name, result.status, view.host, None, result.message, result.action)
-        )
-    for index in range(_gpu_slots(view)):
-        for name in checks.names("gpu"):
-            result = checks.evaluate(name, view, index)
-            findings.append(
-                reporting.Finding(
-                    name, result.status, view.host, index, result.message, result.action
-                )
-            )
-    return findings
+    checks = list(registry.checks().values())
+    slots = gpu_slots(view.expected_gpus, view.facts)
+    return [reporting.Outcome.of(f) for f in judged(checks, view, slots)]
 
 
 def _triage(args: argparse.Namespace) -> int:
@@ -55,9 +41,9 @@ def _triage(args: argparse.Namespace) -> int:
             profiles.get(args.profile)
     except ConfigError as exc:
         print(f"gpuhealth triage: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     book = reporting.VerdictBook()
-    all_findings: list[reporting.Finding] = []
+    outcomes: list[reporting.Outcome] = []
     headers = []
     groups = [(args.node, args.files)] if args.node else [(p.stem, [p]) for p in args.files]
     for host, paths in groups:
@@ -65,75 +51,90 @@ def _triage(args: argparse.Namespace) -> int:
             kinds, facts = facts_from_files(paths, host)
         except EvidenceError as exc:
             print(f"gpuhealth triage: {exc}", file=sys.stderr)
-            return 2
-        nccl_checks.set_node_count(facts, args.nodes)
+            return EXIT_USAGE
+        set_node_count(facts, args.nodes)
         expect = Expectations(args.profile, args.expected_gpus, {})
         first = next((g.get("name") for g in facts["gpus"] or [] if g.get("name")), None)
         limits = resolve_limits(expect, profiles, first)
-        view = checks.NodeView(host, facts, limits)
-        findings = triage_findings(view)
-        for finding in findings:
-            book.add(finding)
-        all_findings.extend(findings)
+        found = triage_outcomes(NodeView(host, facts, limits))
+        for outcome in found:
+            book.add(outcome)
+        outcomes.extend(found)
         driver = (facts.get("driver") or {}).get("version") or "unknown"
         read = ", ".join(f"{p} ({k.name})" for p, k in zip(paths, kinds, strict=True))
         headers.append(f"{host}: {read}; driver {driver}, profile {limits.name}")
         for error in facts.get("errors") or []:
             headers.append(f"  note: {error.get('error')}")
-    verdict = reporting.overall(book.finish())
+    verdicts = book.finish()
+    verdict = reporting.overall(verdicts)
     if args.json:
         doc = {
             "verdict": verdict,
             "findings": [
                 {
-                    "check": f.check,
-                    "status": f.status,
-                    "host": f.host,
-                    "gpu": f.gpu,
-                    "message": f.message,
-                    **({"action": f.action} if f.action else {}),
+                    "check": o.check,
+                    "status": o.status,
+                    "host": o.host,
+                    "gpu": o.gpu,
+                    "message": f"{o.label}: {o.message}",
+                    "action": o.action,
+                    **({"advice": o.advice} if o.advice else {}),
                 }
-                for f in all_findings
+                for o in outcomes
             ],
+            "nodes": {v.host: {"verdict": v.verdict, "actions": v.actions} for v in verdicts},
         }
         print(json.dumps(doc, indent=2))
     else:
         for line in headers:
             print(line)
-        shown = [f for f in all_findings if args.verbose or f.status != "PASS"]
-        for f in shown:
-            print(f"{f.status:<5} {f.check:<16} {f.message}")
-        passed = sum(f.status == "PASS" for f in all_findings)
+        shown = [o for o in outcomes if args.verbose or o.status != "PASS"]
+        for o in shown:
+            action = f" [{o.action}]" if o.status in ("FAIL", "WARN") else ""
+            print(f"{o.status:<5} {o.check:<16} {o.label}: {o.message}{action}")
+            if o.advice and o.status in ("FAIL", "WARN"):
+                print(f"{'':<22} advice: {o.advice}")
+        passed = sum(o.status == "PASS" for o in outcomes)
         if not args.verbose and passed:
             print(f"({passed} checks passed; -v lists them)")
         print(f"verdict: {verdict}")
-    return 1 if verdict == "FAIL" else 0
+    return EXIT_FAIL if verdict == "FAIL" else EXIT_PASS
+
+
+def probe_config(profile: str | None, root: str) -> dict[str, Any]:
+    """The probe's configuration for this machine: a profile's limits (default: `default`)."""
+    limits = resolve_limits(Expectations(profile, None, {}), ProfileSet(), None)
+    return {"root": root, "expect": limits.values}
 
 
 def _probe(args: argparse.Namespace) -> int:
     from gpuhealth.probe.main import collect
 
-    doc = collect({"root": args.root, "nvml_call_timeout_s": args.nvml_call_timeout})
-    print(json.dumps(doc, indent=2, sort_keys=True))
+    try:
+        config = probe_config(args.profile, args.root)
+    except ConfigError as exc:
+        print(f"gpuhealth probe: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps(collect(config), indent=2, sort_keys=True))
     return 0
 
 
 def _profiles(args: argparse.Namespace) -> int:
     try:
         profiles = ProfileSet(args.profile_dir)
+        if args.keys:
+            for family, key, default, meaning in key_table():
+                print(f"{family:<8} {key:<40} {json.dumps(default):<22} {meaning}")
+            return 0
+        if args.name:
+            values = profiles.get(args.name).values
+            print(yaml.safe_dump(values, sort_keys=False), end="")
+            return 0
     except ConfigError as exc:
         print(f"gpuhealth profiles: {exc}", file=sys.stderr)
-        return 2
-    if args.name:
-        try:
-            limits: dict[str, Any] = profiles.get(args.name).limits
-        except ConfigError as exc:
-            print(f"gpuhealth profiles: {exc}", file=sys.stderr)
-            return 2
-        print(yaml.safe_dump(limits, sort_keys=False), end="")
-        return 0
+        return EXIT_USAGE
     for name in profiles.names:
-        print(f"{name:<16} {profiles.get(name)['description']}")
+        print(f"{name:<20} {profiles.description(name)}")
     return 0
 
 
@@ -142,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuhealth", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    triage = sub.add_parser("triage", help="judge saved evidence (nvidia-smi -q / -q -x output)")
+    triage = sub.add_parser("triage", help="judge saved evidence (nvidia-smi, dmesg, ...)")
     triage.add_argument("files", nargs="+", type=Path, metavar="FILE")
     triage.add_argument(
         "--node",
@@ -161,12 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     probe = sub.add_parser("probe", help="print this machine's facts document")
     probe.add_argument("--root", default="/", help="read /proc and /sys under this prefix")
-    probe.add_argument("--nvml-call-timeout", type=float, default=5.0)
+    probe.add_argument("--profile", help="profile whose limits the probe uses (default: default)")
     probe.set_defaults(func=_probe)
 
-    profiles = sub.add_parser("profiles", help="list profiles, or show one's limits")
+    profiles = sub.add_parser("profiles", help="list profiles, show one's limits, or the keys")
     profiles.add_argument("name", nargs="?")
     profiles.add_argument("--profile-dir", type=Path)
+    profiles.add_argument("--keys", action="store_true", help="every profile key and default")
     profiles.set_defaults(func=_profiles)
     return parser
 
@@ -175,9 +177,20 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `gpuhealth` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "expected_gpus", None) is not None and args.expected_gpus < 0:
-        parser.error("--expected-gpus must be >= 0")
-    return int(args.func(args))
+    for name in ("expected_gpus", "nodes"):
+        value = getattr(args, name, None)
+        if value is not None and value < 0:
+            parser.error(f"--{name.replace('_', '-')} must be >= 0")
+    try:
+        return int(args.func(args))
+    except Exception:  # a bug, not a verdict: say so, with its own exit code
+        traceback.print_exc()
+        print(
+            f"gpuhealth {args.command}: internal error (a bug in gpuhealth, not a verdict on "
+            "the evidence); please report it with the traceback above",
+            file=sys.stderr,
+        )
+        return EXIT_BUG
 
 
 if __name__ == "__main__":

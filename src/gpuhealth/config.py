@@ -1,190 +1,247 @@
-"""Per-SKU limit profiles and the inventory vars that override them.
+"""Per-SKU limit profiles and the inventory variables that override them, validated.
 
-Profiles are validated when the run starts, so a typo in a YAML file is one usage error that
-names the file and key instead of hundreds of broken tests.
+Every profile key is declared once, by the family that uses it (`families/<name>/limits.py`: a
+pydantic model with the key's type, default and meaning; units are in the key names). The
+`default` profile is those defaults; SKU profiles (`profiles/*.yml`) and inventory variables
+override them. Everything is validated when the run starts, so a typo in a YAML file is one
+usage error that names the file and the key instead of hundreds of broken tests.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    create_model,
+)
+
+from gpuhealth import registry
 
 
 class ConfigError(ValueError):
     """A bad profile or inventory; the message names the file (or host) and the key."""
 
 
-_INT = (int,)
-_NUM = (int, float)
+class FamilyLimits(BaseModel):
+    """The profile keys of one family: strict types (no "75" for 75, no 1 for true), no NaN or
+    infinity, no unknown keys. Subclasses declare `key: type = Field(default, description=...)`."""
 
-# key -> (accepted types, may be null, what it means). Units are in the key names.
-PROFILE_KEYS: dict[str, tuple[tuple[type, ...], bool, str]] = {
-    "description": ((str,), True, "human description of the SKU"),
-    "extends": ((str,), True, "profile this one builds on"),
-    "match": ((list,), True, "regular expressions matched against the GPU product name"),
-    "gpu_count": (_INT, True, "GPUs expected per node"),
-    "min_driver_version": ((str,), False, "lowest acceptable driver, e.g. '570' or '570.124.06'"),
-    "require_recovery_action": ((bool,), False, "fail when the driver cannot report it"),
-    "require_ecc": ((bool,), False, "fail when ECC is off or unsupported"),
-    "require_persistence_mode": ((bool,), False, "fail when persistence mode is off"),
-    "vbios_prefix": ((str,), True, "every GPU's VBIOS version must start with this"),
-    "max_ecc_uncorrected_volatile": (_INT, False, "uncorrectable ECC since driver load"),
-    "max_ecc_uncorrected_aggregate": (_INT, False, "uncorrectable ECC over the GPU's life"),
-    "max_ecc_corrected_volatile": (_INT, True, "correctable ECC since driver load"),
-    "max_ecc_corrected_aggregate": (_INT, True, "correctable ECC over the GPU's life"),
-    "max_retired_pages": (_INT, False, "retired pages (pre-Ampere) before an RMA"),
-    "temp_warn_c": (_NUM, False, "GPU temperature that gives a warning"),
-    "temp_fail_c": (_NUM, False, "GPU temperature that fails the node"),
-    "min_slowdown_margin_c": (_NUM, False, "required headroom to the GPU's slowdown point"),
-    "max_power_over_limit_pct": (_NUM, False, "power draw tolerated above the enforced limit"),
-    "min_power_limit_w": (_NUM, True, "enforced power limit below this means a capped GPU"),
-    "pcie_gen_expected": (_INT, True, "PCIe generation the link must reach"),
-    "pcie_width_expected": (_INT, True, "PCIe lanes the link must have"),
-    "nvlink_links_expected": (_INT, True, "NVLink links that must be up (0: none)"),
-    "expect_idle": ((bool,), False, "the node must run no compute processes"),
-    "max_idle_memory_used_mib": (_NUM, False, "GPU memory in use tolerated on an idle node"),
-    # fabric family (checks/fabric.py): EFA on AWS, InfiniBand elsewhere. Counts are integers.
-    "fabric": ((str,), False, "the node's RDMA fabric: none, efa or infiniband"),
-    "efa_devices_expected": (_INT, True, "EFA devices (efa driver, fi_info RDM domains)"),
-    "fi_info_timeout_s": (_NUM, False, "how long the probe waits for fi_info"),
-    "ib_ports_expected": (_INT, True, "InfiniBand ports (Ethernet and bonds not counted)"),
-    "ib_devices": ((list,), True, "RDMA devices the IB checks judge (null: all IB ports)"),
-    "ib_min_rate_gbps": (_NUM, True, "lowest IB port rate (null: the fastest port's rate)"),
-    "ib_max_link_downed": (_INT, True, "link_downed count per IB port (null: not judged)"),
-    "ib_max_symbol_error": (_INT, True, "symbol_error count per IB port (null: not judged)"),
-    "ib_max_port_rcv_errors": (_INT, True, "port_rcv_errors count per IB port"),
-    "ib_max_local_link_integrity_errors": (_INT, True, "local_link_integrity_errors per port"),
-    "ib_max_excessive_buffer_overrun_errors": (_INT, True, "excessive_buffer_overrun per port"),
-    # system family (checks/system.py): NUMA layout, host resources, memlock, modules, services.
-    # Sizes in _gb are GiB (2^30 bytes), as `df -h` and `free -g` print them.
-    "numa_nodes_expected": (_INT, True, "NUMA nodes the kernel shows (null: not asserted)"),
-    "gpus_even_over_numa_nodes": ((bool,), False, "GPUs split evenly over NUMA nodes with CPUs"),
-    "min_cpus": (_INT, True, "online logical CPUs the node must have"),
-    "min_memory_gb": (_NUM, True, "MemTotal the node must have"),
-    "min_memory_available_pct": (_NUM, True, "MemAvailable as a share of MemTotal"),
-    "min_root_free_gb": (_NUM, True, "free space on / (for non-root users, like df Avail)"),
-    "scratch_paths": ((list,), True, "local scratch directories whose free space is checked"),
-    "min_scratch_free_gb": (_NUM, True, "free space each scratch path must have"),
-    "min_memlock_kb": (_INT, True, "memlock limit floor (null: unlimited for efa/infiniband)"),
-    "require_nvidia_peermem": ((bool,), True, "null: when fabric is infiniband or efa"),
-    "requires_fabric_manager": ((bool,), False, "NVSwitch baseboard: fabric manager must run"),
-    "dcgm_installed": ((bool,), False, "nvidia-dcgm is installed on the node and must run"),
-    "gpud_installed": ((bool,), False, "gpud is installed on the node and must run"),
-    # storage family (checks/storage.py): paths jobs read/write, network mounts, Lustre health.
-    # Sizes in _gb are GiB (2^30 bytes), as `df -h` prints them.
-    "storage_paths": ((list,), True, "absolute paths, or {path, writable, min_free_gb} maps"),
-    "storage_timeout_s": (_NUM, False, "per-path and per-mount timeout of the storage probe"),
-    "storage_mount_types": ((list,), True, "fstype globs checked besides lustre, nfs, nfs4"),
-    "storage_min_free_gb": (_NUM, True, "free space every storage path must have"),
-    # kernel family (checks/kernel.py, checks/memory.py): XIDs, SXIDs, fabric manager log;
-    # GPU memory reclaim (reuses max_idle_memory_used_mib as the threshold).
-    "xid_window_h": (_NUM, False, "hours of kernel log the XID checks judge (0: since boot)"),
-    "reclaim_wait_s": (_NUM, False, "how long the probe waits for GPU memory to be freed"),
-    "reclaim_poll_s": (_NUM, False, "how often it polls GPU memory while waiting"),
-    # active families (checks/nccl.py, checks/dcgm.py, checks/gpud.py; gpuhealth/active/):
-    # load tests at --level standard|full, GPUd from the probe. Bandwidths in GB/s (busbw).
-    "nccl_tests_dir": ((str,), False, "directory of the nccl-tests binaries (all_reduce_perf)"),
-    "nccl_sizes": ((str,), False, "nccl-tests size arguments, e.g. '-b 8 -e 16G -f 2'"),
-    "nccl_reference_size_bytes": (_INT, False, "busbw is judged at message sizes >= this"),
-    "nccl_allreduce_min_busbw_gbps": (_NUM, True, "single-node all_reduce busbw (NVLink)"),
-    "nccl_internode_min_busbw_gbps": (_NUM, True, "multi-node all_reduce busbw (the network)"),
-    "nccl_timeout_s": (_NUM, False, "each nccl-tests launch is killed after this"),
-    "nccl_launcher": ((str,), False, "multi-node launcher: mpirun (or its path) or srun"),
-    "nccl_launcher_args": ((str,), False, "extra launcher options (-x VAR, --mca, --mpi=pmix)"),
-    "dcgm_diag_level": (_INT, True, "dcgmi diag -r level (null: 2 at standard, 3 at full)"),
-    "dcgm_diag_timeout_s": (_NUM, True, "dcgmi diag timeout (null: by level, 120 s to 6 h)"),
-    "gpud_address": ((str,), False, "GPUd API on the node: host:port (https) or http://..."),
-}
+    model_config = ConfigDict(
+        strict=True, extra="forbid", allow_inf_nan=False, frozen=True, validate_default=True
+    )
+
+
+# Field types of profile keys. Numbers keep their int-ness (85 stays 85, not 85.0).
+Count = Annotated[StrictInt, Field(ge=0)]
+Number = Annotated[StrictInt | StrictFloat, Field(ge=0)]
+Seconds = Annotated[StrictInt | StrictFloat, Field(gt=0)]
+Celsius = StrictInt | StrictFloat  # Blackwell reports thresholds as negative offsets
+Flag = StrictBool
+Text = StrictStr
+
+
+def _absolute(path: str) -> str:
+    if not path.startswith("/"):
+        raise ValueError("not an absolute path")
+    return path
+
+
+AbsolutePath = Annotated[StrictStr, AfterValidator(_absolute)]
+
+
+def _driver_version(value: str | int) -> str:
+    text = str(value)
+    if not re.fullmatch(r"\d+(\.\d+)*", text):
+        raise ValueError(f"must look like '570' or '570.124.06', got {value!r}")
+    return text
+
+
+DriverVersion = Annotated[StrictStr | StrictInt, AfterValidator(_driver_version)]
 
 # Keys that describe a profile itself; inventory vars cannot override them.
-_PROFILE_ONLY = {"description", "extends", "match"}
+PROFILE_ONLY = ("description", "extends", "match")
+M = TypeVar("M", bound=BaseModel)
+
+
+class RunLimits(FamilyLimits):
+    """Keys of the run itself rather than of one family."""
+
+    probe_timeout_s: Seconds = Field(
+        120, description="the whole probe on a node (killed there, and given up on here)"
+    )
+
+
+@cache
+def limits_model() -> type[FamilyLimits]:
+    """One model made of every family's keys (an instance is-a each family's model)."""
+    bases: tuple[type[FamilyLimits], ...] = (
+        RunLimits,
+        *(f.limits for f in registry.families() if f.limits is not None),
+    )
+    seen: dict[str, str] = {}
+    for base in bases:
+        for key in base.model_fields:
+            if key in seen:
+                raise RuntimeError(f"profile key {key!r} is declared by {seen[key]} and {base}")
+            seen[key] = base.__module__
+    return create_model("Limits", __base__=bases)
+
+
+def key_table() -> list[tuple[str, str, Any, str]]:
+    """(family, key, default, meaning) of every profile key, in family order: the README's
+    table of profile keys, and `gpuhealth profiles --keys`."""
+    models: list[tuple[str, type[FamilyLimits]]] = [("run", RunLimits)]
+    models += [(f.name, f.limits) for f in registry.families() if f.limits is not None]
+    return [
+        (family, key, info.default, info.description or "")
+        for family, model in models
+        for key, info in model.model_fields.items()
+    ]
+
+
+def _known_keys() -> list[str]:
+    return [*limits_model().model_fields, *PROFILE_ONLY]
+
+
+def _hint(key: str, cutoff: float = 0.6) -> str:
+    found = difflib.get_close_matches(key, _known_keys(), n=1, cutoff=cutoff)
+    return f" (did you mean {found[0]!r}?)" if found else ""
+
+
+_TYPE_STEP = re.compile(r"(function-\w+|int|float|str|bool|tagged-union)(\[.*\])?$")
+_TYPE_WORDS = {
+    "int_type": "int",
+    "float_type": "float",
+    "bool_type": "bool",
+    "string_type": "a string",
+    "list_type": "a list",
+    "model_type": "an absolute path or a mapping with a 'path'",
+    "finite_number": "a finite number",
+}
+
+
+def _explain(where: str, exc: ValidationError) -> ConfigError:
+    """The first problem pydantic found, as one line naming the key (and list item)."""
+    errors = exc.errors()
+    error = errors[0]
+    # Union members and validators show up in the location as their type names: drop them.
+    loc = [str(part) for part in error["loc"] if not _TYPE_STEP.match(str(part))]
+    key = loc[0] if loc else "?"
+    path = key + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc[1:])
+    value = error.get("input")
+    kind = error["type"]
+    if kind == "extra_forbidden" and len(loc) == 1:
+        return ConfigError(f"{where}: unknown key {key!r}{_hint(key)}")
+    if kind == "extra_forbidden":
+        parent = path[: -len(loc[-1]) - 1]
+        return ConfigError(f"{where}: {parent}: unknown key {loc[-1]!r}")
+    if kind == "missing":
+        return ConfigError(f"{where}: {path}: a required entry is missing")
+    if value is None and len(loc) == 1:
+        return ConfigError(f"{where}: key {key!r} may not be null")
+    if kind in _TYPE_WORDS:
+        # A union (int or float) reports one error per member at the same place.
+        same = [e["type"] for e in errors if e.get("input") is value and e["type"] in _TYPE_WORDS]
+        words = list(dict.fromkeys(_TYPE_WORDS[t] for t in same))
+        wanted = _TYPE_WORDS["finite_number"] if "finite_number" in same else " or ".join(words)
+        return ConfigError(f"{where}: key {path!r} must be {wanted}, got {value!r}")
+    if kind == "literal_error":
+        choices = str((error.get("ctx") or {}).get("expected", "")).replace("'", "")
+        return ConfigError(f"{where}: key {path!r} must be {choices}, got {value!r}")
+    bounds = {"greater_than": "gt", "greater_than_equal": "ge"}
+    if kind in bounds:
+        sign = ">" if kind == "greater_than" else ">="
+        limit = (error.get("ctx") or {}).get(bounds[kind])
+        return ConfigError(f"{where}: key {path!r} must be {sign} {limit}, got {value!r}")
+    message = str(error["msg"]).removeprefix("Value error, ")
+    got = "" if "got" in message else f" (got {value!r})"
+    return ConfigError(f"{where}: key {path!r}: {message}{got}")
+
+
+def plain(value: Any) -> Any:
+    """Inventory data as builtin types: Ansible hands filters lazy, tagged containers (2.19+)
+    whose items only resolve when iterated in Python, and strict validation wants `str`."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    return value
+
+
+def validate(where: str, values: dict[str, Any]) -> FamilyLimits:
+    """Every key of `values` checked against its declaration (the rest take defaults)."""
+    try:
+        return limits_model().model_validate(values)
+    except ValidationError as exc:
+        raise _explain(where, exc) from None
 
 
 @dataclass(frozen=True)
 class Profile:
-    """A resolved profile: its name and every key of PROFILE_KEYS with a value."""
+    """Resolved limits: the profile's name and every key with a value."""
 
     name: str
-    limits: dict[str, Any]
+    model: FamilyLimits
 
-    def __getitem__(self, key: str) -> Any:
-        return self.limits[key]
+    @property
+    def values(self) -> dict[str, Any]:
+        """Every key as plain data (what the probe is sent as its expectations)."""
+        return self.model.model_dump(mode="json")
 
+    def get(self, kind: type[M]) -> M:
+        """The limits as one family's typed model."""
+        if not isinstance(self.model, kind):
+            raise TypeError(f"{kind.__name__} is not a family of these limits")
+        return self.model
 
-def _check_key(where: str, key: str, value: Any) -> None:
-    if key not in PROFILE_KEYS:
-        hint = difflib.get_close_matches(key, PROFILE_KEYS, n=1)
-        more = f" (did you mean {hint[0]!r}?)" if hint else ""
-        raise ConfigError(f"{where}: unknown key {key!r}{more}")
-    types, nullable, _ = PROFILE_KEYS[key]
-    if value is None:
-        if not nullable:
-            raise ConfigError(f"{where}: key {key!r} may not be null")
-        return
-    if isinstance(value, bool) and bool not in types:
-        raise ConfigError(f"{where}: key {key!r} must be {types[0].__name__}, got {value!r}")
-    if key == "min_driver_version" and isinstance(value, int):
-        return
-    if not isinstance(value, types):
-        names = " or ".join(t.__name__ for t in types)
-        raise ConfigError(f"{where}: key {key!r} must be {names}, got {value!r}")
-    if key == "fabric" and value not in ("none", "efa", "infiniband"):
-        raise ConfigError(f"{where}: key 'fabric' must be none, efa or infiniband, got {value!r}")
-    if key == "match":
-        for pattern in value:
-            try:
-                re.compile(str(pattern))
-            except re.error as exc:
-                raise ConfigError(f"{where}: key 'match': bad pattern {pattern!r}: {exc}") from exc
-    if key.startswith("storage_"):
-        _check_storage(where, key, value)
+    def __getattr__(self, key: str) -> Any:
+        # Generic code (reports, `gpuhealth profiles`) may read any key by name.
+        return getattr(self.model, key)
 
 
-def _check_storage(where: str, key: str, value: Any) -> None:
-    """Storage keys beyond their type: absolute paths, known entry keys, positive numbers."""
-    if key == "storage_timeout_s" and value <= 0:
-        raise ConfigError(f"{where}: key {key!r} must be > 0, got {value!r}")
-    if key == "storage_min_free_gb" and value < 0:
-        raise ConfigError(f"{where}: key {key!r} must be >= 0, got {value!r}")
-    if key == "storage_mount_types":
-        for i, item in enumerate(value):
-            if not isinstance(item, str) or not item:
-                raise ConfigError(f"{where}: {key}[{i}]: {item!r} is not a filesystem type")
-    if key != "storage_paths":
-        return
-    for i, item in enumerate(value):
-        entry = item if isinstance(item, dict) else {"path": item}
-        path = entry.get("path")
-        unknown = sorted(set(entry) - {"path", "writable", "min_free_gb"})
-        free = entry.get("min_free_gb")
-        if unknown:
-            problem = f"unknown key {unknown[0]!r} (known: path, writable, min_free_gb)"
-        elif not isinstance(path, str):
-            problem = f"{item!r} is neither a path nor a mapping with a 'path'"
-        elif not path.startswith("/"):
-            problem = f"{path!r} is not an absolute path"
-        elif not isinstance(entry.get("writable", False), bool):
-            problem = f"writable must be true or false, got {entry['writable']!r}"
-        elif free is not None and (
-            isinstance(free, bool) or not isinstance(free, _NUM) or free < 0
-        ):
-            problem = f"min_free_gb must be a number >= 0, got {free!r}"
-        else:
-            continue
-        raise ConfigError(f"{where}: storage_paths[{i}]: {problem}")
+class _Meta(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+    description: StrictStr | None = None
+    extends: StrictStr | None = None
+    match: list[StrictStr] | None = None
 
 
 class ProfileSet:
     """All profiles known to a run: the packaged ones plus an optional user directory."""
 
     def __init__(self, extra_dir: Path | None = None) -> None:
-        self._raw: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._raw: dict[str, tuple[str, _Meta, dict[str, Any]]] = {
+            "default": (
+                "gpuhealth (family defaults)",
+                _Meta(description="Any NVIDIA GPU (when no profile is named and none matches)"),
+                {},
+            )
+        }
         packaged = resources.files("gpuhealth") / "profiles"
         for entry in sorted(packaged.iterdir(), key=lambda e: e.name):
             if entry.name.endswith(".yml"):
@@ -205,49 +262,59 @@ class ProfileSet:
             raise ConfigError(f"{where}: not valid YAML: {exc}") from exc
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: a profile must be a mapping of keys to limits")
-        for key, value in data.items():
-            _check_key(where, str(key), value)
-        name = Path(where).stem
-        self._raw[name] = (where, data)
+        data = {str(k): v for k, v in data.items()}
+        try:
+            meta = _Meta.model_validate({k: data[k] for k in PROFILE_ONLY if k in data})
+        except ValidationError as exc:
+            raise _explain(where, exc) from None
+        for pattern in meta.match or []:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ConfigError(f"{where}: key 'match': bad pattern {pattern!r}: {exc}") from exc
+        limits = {k: v for k, v in data.items() if k not in PROFILE_ONLY}
+        validate(where, limits)
+        self._raw[Path(where).stem] = (where, meta, limits)
 
     @property
     def names(self) -> list[str]:
         """Known profile names, sorted."""
         return sorted(self._raw)
 
-    def get(self, name: str, _chain: tuple[str, ...] = ()) -> Profile:
-        """Resolve a profile through its `extends` chain; unknown names are a ConfigError."""
-        if name in self._resolved:
-            return self._resolved[name]
+    def description(self, name: str) -> str:
+        """A profile's description."""
+        return self._raw[name][1].description or ""
+
+    def _chain(self, name: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
         if name not in self._raw:
             raise ConfigError(f"unknown profile {name!r}; known profiles: {', '.join(self.names)}")
-        if name in _chain:
-            raise ConfigError(f"profile {name!r}: 'extends' loops through {' -> '.join(_chain)}")
-        where, data = self._raw[name]
-        parent = data.get("extends")
-        if parent is None and name != "default":
-            parent = "default"
-        limits: dict[str, Any] = {}
+        if name in seen:
+            raise ConfigError(f"profile {name!r}: 'extends' loops through {' -> '.join(seen)}")
+        where, meta, limits = self._raw[name]
+        parent = (
+            meta.extends if meta.extends is not None else (None if name == "default" else "default")
+        )
+        merged: dict[str, Any] = {}
         if parent is not None:
             if parent not in self._raw:
                 raise ConfigError(f"{where}: extends unknown profile {parent!r}")
-            limits.update(self.get(parent, (*_chain, name)).limits)
-            limits["match"] = None
-        limits.update(data)
-        missing = [k for k in PROFILE_KEYS if k not in limits and k != "extends"]
-        if missing:
-            raise ConfigError(f"{where}: missing keys {', '.join(missing)}")
-        limits["min_driver_version"] = str(limits["min_driver_version"])
-        profile = Profile(name, limits)
-        self._resolved[name] = profile
-        return profile
+            merged.update(self._chain(parent, (*seen, name)))
+        merged.update(limits)
+        return merged
+
+    def get(self, name: str) -> Profile:
+        """Resolve a profile through its `extends` chain; unknown names are a ConfigError."""
+        if name not in self._resolved:
+            values = self._chain(name)
+            self._resolved[name] = Profile(name, validate(self._raw[name][0], values))
+        return self._resolved[name]
 
     def match(self, product_name: str | None) -> Profile:
         """The profile whose `match` patterns fit the GPU product name, else `default`."""
         if product_name:
             for name in self.names:
-                patterns = self._raw[name][1].get("match") or []
-                if any(re.search(str(p), product_name) for p in patterns):
+                patterns = self._raw[name][1].match or []
+                if any(re.search(p, product_name) for p in patterns):
                     return self.get(name)
         return self.get("default")
 
@@ -272,6 +339,7 @@ def expectations_from_vars(
     role, so the branch a role installs is the branch the driver gate expects.
     """
     where = f"inventory host {host}"
+    host_vars = plain(dict(host_vars))
     profile_name = host_vars.get("gpu_profile")
     if profile_name is not None:
         if not isinstance(profile_name, str):
@@ -285,13 +353,14 @@ def expectations_from_vars(
         isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 0
     ):
         raise ConfigError(f"{where}: gpu_count must be a whole number >= 0, got {gpu_count!r}")
+    fields = limits_model().model_fields
     overrides: dict[str, Any] = {}
     for key, value in host_vars.items():
-        if key in PROFILE_KEYS and key not in _PROFILE_ONLY and key != "gpu_count":
-            _check_key(where, key, value)
+        if key in fields and key != "gpu_count":
             overrides[key] = value
-        elif key not in PROFILE_KEYS:
-            _reject_near_miss(where, str(key))
+        elif key not in fields and key not in PROFILE_ONLY:
+            _reject_near_miss(where, key)
+    validate(where, overrides)
     branch = host_vars.get("nvidia_driver_branch")
     if branch is not None:
         if not re.fullmatch(r"\d+(\.\d+)*", str(branch)):
@@ -302,9 +371,9 @@ def expectations_from_vars(
 
 def _reject_near_miss(where: str, key: str) -> None:
     """An inventory var one typo away from a profile key would silently do nothing: refuse it."""
-    hint = difflib.get_close_matches(key, PROFILE_KEYS, n=1, cutoff=0.88)
+    hint = _hint(key, cutoff=0.88)
     if hint:
-        raise ConfigError(f"{where}: unknown var {key!r} (did you mean {hint[0]!r}?)")
+        raise ConfigError(f"{where}: unknown var {key!r}{hint}")
 
 
 def resolve_limits(
@@ -315,9 +384,9 @@ def resolve_limits(
         base = profiles.get(expectations.profile_name)
     else:
         base = profiles.match(product_name)
-    limits = dict(base.limits)
-    limits.update(expectations.overrides)
+    if not expectations.overrides and expectations.gpu_count is None:
+        return base
+    values = {**base.model.model_dump(), **expectations.overrides}
     if expectations.gpu_count is not None:
-        limits["gpu_count"] = expectations.gpu_count
-    limits["min_driver_version"] = str(limits["min_driver_version"])
-    return Profile(base.name, limits)
+        values["gpu_count"] = expectations.gpu_count
+    return Profile(base.name, validate(f"profile {base.name} with inventory vars", values))

@@ -1,30 +1,54 @@
-"""The pytest plugin behind the health suite in tests/.
+"""The pytest plugin behind the health suite (tests/, installed as `gpuhealth.suite`).
 
 It turns `--hosts` (or `--facts DIR`) plus the inventory into per-node and per-GPU test ids,
-probes each host once per run (tests of one host share an xdist group, hence one worker), turns
-check results into pytest outcomes with Allure labels, and writes the per-node verdicts.
+probes each host once per run (a session-scoped fixture per host; every test of a host runs on
+one xdist worker), turns check findings into pytest outcomes with Allure labels, and writes the
+per-node verdicts.
+
+Installed as a pytest plugin (entry point `gpuhealth.plugin`), it stays inert unless the run is
+a gpuhealth run: the suite is collected, a gpuhealth option is given, or the ini says so.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import re
 import warnings
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import allure
 import pytest
 
-from gpuhealth import checks
+from gpuhealth import registry
 from gpuhealth import report as reporting
 from gpuhealth.active import LEVELS, level_allows
-from gpuhealth.config import ConfigError, ProfileSet, resolve_limits
-from gpuhealth.targets import FactsFileError, Target, live_targets, load_facts, offline_targets
+from gpuhealth.active.runner import ActiveContext, Outcome, Run, run_on
+from gpuhealth.checks import Finding, NodeView, evaluate
+from gpuhealth.config import ConfigError, Profile, ProfileSet, resolve_limits
+from gpuhealth.documents import FactsError, load_facts
+from gpuhealth.results import Status
+from gpuhealth.targets import Target, live_targets, offline_targets
 from gpuhealth.transport import ProbeError, run_probe
 
-_KEY = pytest.StashKey[dict[str, Any]]()
+_STATE = pytest.StashKey["RunState"]()
+# Options only the health suite has: giving one makes the run a gpuhealth run.
+_OWN_OPTIONS = (
+    "facts",
+    "inventory",
+    "profile",
+    "profile_dir",
+    "expected_gpus",
+    "probe_timeout",
+    "nvml_call_timeout",
+    "verdicts",
+    "save_facts",
+)
+SUITE_DIR = Path(__file__).resolve().parent.parent.parent / "tests"
 
 
 class GpuHealthWarning(UserWarning):
@@ -43,10 +67,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--expected-gpus", metavar="N", type=int, help="GPUs every host must have (overrides)"
     )
     group.addoption(
-        "--probe-timeout", metavar="S", type=float, default=120.0, help="per-host probe timeout"
+        "--probe-timeout",
+        metavar="S",
+        type=float,
+        help="per-host probe timeout (overrides probe_timeout_s, default 120)",
     )
     group.addoption(
-        "--nvml-call-timeout", metavar="S", type=float, default=5.0, help="per NVML call timeout"
+        "--nvml-call-timeout",
+        metavar="S",
+        type=float,
+        help="per NVML call timeout (overrides nvml_call_timeout_s, default 5)",
     )
     group.addoption(
         "--probe-root",
@@ -68,11 +98,117 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="quick: passive probe only (default); standard: + DCGM diag and single-node NCCL; "
         "full: + DCGM diag level 3 and multi-node NCCL with bisection",
     )
+    parser.addini("gpuhealth", "this is the gpuhealth suite (its pytest.ini)", type="bool")
+
+
+# ---------------------------------------------------------------- the run's state
+
+
+def safe_name(host: str) -> str:
+    """A host name as a file name: no path separators, no `..`, no control characters (an
+    inventory name like `../../x` must not write outside the reports folder)."""
+    name = re.sub(r"[^A-Za-z0-9._@+=-]", "_", host)
+    return name if name.strip(".") else f"_{name}"
+
+
+@dataclass
+class RunState:
+    """What one gpuhealth run knows: its hosts, profiles and report folders. The public
+    interface of the plugin for the load tests (gpuhealth.active) and the fleet test."""
+
+    config: pytest.Config
+    targets: dict[str, Target]
+    profiles: ProfileSet
+    verdicts: Path
+    facts_dir: Path
+    book: reporting.VerdictBook = field(default_factory=reporting.VerdictBook)
+
+    @property
+    def level(self) -> str:
+        """The run's level (quick, standard, full)."""
+        return str(self.config.option.level)
+
+    @property
+    def evidence_dir(self) -> Path:
+        """reports/evidence: the raw output of every load test, per host."""
+        return self.verdicts.parent / "evidence"
+
+    def keep(self, host: str, name: str, outcome: Outcome) -> Path:
+        """Write a load test's raw output to reports/evidence/<host>/<name>.log (0600)."""
+        path = self.evidence_dir / safe_name(host) / f"{safe_name(name)}.log"
+        reporting.write_private(path, redact(outcome.log))
+        return path
+
+    @contextmanager
+    def load_lock(self, exclusive: bool) -> Iterator[None]:
+        """Load tests never overlap: per-node runs share the lock, the fleet run holds it."""
+        path = self.verdicts.with_name(".gpuhealth-active.lock")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def launch(
+        self, target: Target, name: str, command: str, timeout_s: float, locked: bool = False
+    ) -> Outcome:
+        """Run a load test on a host (under the shared load lock, unless the caller holds the
+        exclusive one: `locked`), keep its output and attach it."""
+        if locked:
+            outcome = run_on(target.host, command, timeout_s)
+        else:
+            with self.load_lock(exclusive=False):
+                outcome = run_on(target.host, command, timeout_s)
+        self.keep(target.name, name, outcome)
+        allure.attach(
+            redact(outcome.log), name=f"{name}.log", attachment_type=allure.attachment_type.TEXT
+        )
+        return outcome
+
+
+def redact(text: str) -> str:
+    """Launcher arguments may carry secrets (`-x TOKEN=...`): keep the names, hide the values."""
+    return re.sub(r"(-x\s+|--export[= ])([A-Za-z_][A-Za-z0-9_]*)=\S+", r"\1\2=***", text)
+
+
+def run_state(config: pytest.Config) -> RunState:
+    """The state of a gpuhealth run (UsageError when this pytest run is not one)."""
+    state = config.stash.get(_STATE, None)
+    if state is None:
+        raise pytest.UsageError("gpuhealth: the health suite runs with its pytest.ini")
+    return state
+
+
+# ---------------------------------------------------------------- configuration
+
+
+def _is_gpuhealth_run(config: pytest.Config) -> bool:
+    if config.getini("gpuhealth"):
+        return True
+    if any(getattr(config.option, name, None) not in (None, False) for name in _OWN_OPTIONS):
+        return True
+    for arg in config.invocation_params.args:
+        text = str(arg)
+        if text == "gpuhealth.suite" or SUITE_DIR.as_posix() in str(Path(text).resolve()):
+            return True
+    return False
 
 
 def _build_targets(config: pytest.Config, profiles: ProfileSet) -> list[Target]:
     opt = config.option
-    cli = {"profile": opt.profile, "expected_gpus": opt.expected_gpus, "inventory": opt.inventory}
+    overrides = {}
+    if opt.probe_timeout is not None:
+        overrides["probe_timeout_s"] = opt.probe_timeout
+    if opt.nvml_call_timeout is not None:
+        overrides["nvml_call_timeout_s"] = opt.nvml_call_timeout
+    cli = {
+        "profile": opt.profile,
+        "expected_gpus": opt.expected_gpus,
+        "inventory": opt.inventory,
+        "overrides": overrides,
+    }
     if opt.profile:
         profiles.get(opt.profile)
     if opt.facts:
@@ -96,6 +232,8 @@ def _build_targets(config: pytest.Config, profiles: ProfileSet) -> list[Target]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    if not _is_gpuhealth_run(config):
+        return
     if not hasattr(config.option, "hosts"):
         raise pytest.UsageError("gpuhealth needs pytest-testinfra (pip install pytest-testinfra)")
     try:
@@ -104,33 +242,58 @@ def pytest_configure(config: pytest.Config) -> None:
         targets = _build_targets(config, profiles)
     except ConfigError as exc:
         raise pytest.UsageError(f"gpuhealth: {exc}") from exc
-    for marker in (
-        "level(name): an active check, run only at --level name or above",
-        "nccl: NCCL bandwidth checks (nccl-tests)",
-        "dcgm: DCGM diagnostic and health checks",
-        "gpud: GPUd health checks",
-    ):
-        config.addinivalue_line("markers", marker)
-    root = config.rootpath
-    config.stash[_KEY] = {
-        "targets": {t.name: t for t in targets},
-        "profiles": profiles,
-        "facts": {},
-        "book": reporting.VerdictBook(),
-        "verdicts": Path(config.option.verdicts or root / "reports" / "verdicts.json"),
-        "save_facts": Path(config.option.save_facts or root / "reports" / "facts"),
-    }
+    config.addinivalue_line(
+        "markers", "level(name): an active check, run only at --level name or above"
+    )
+    for name, text in registry.markers().items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    here = config.invocation_params.dir
+    reports = here / "reports"
+    config.stash[_STATE] = RunState(
+        config=config,
+        targets={t.name: t for t in targets},
+        profiles=profiles,
+        verdicts=Path(config.option.verdicts or reports / "verdicts.json"),
+        facts_dir=Path(config.option.save_facts or reports / "facts"),
+    )
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(Reporter(config), "gpuhealth-reporter")
         if config.pluginmanager.hasplugin("xdist"):
-            config.pluginmanager.register(XdistHostScheduling(), "gpuhealth-xdist")
+            groups = host_groups(targets)
+            config.pluginmanager.register(XdistHostScheduling(groups), "gpuhealth-xdist")
 
 
-def host_of(nodeid: str) -> str:
-    """The host a test id belongs to: `test_x[n17-gpu3]` and `test_y[n17]` give `n17`."""
-    params = nodeid.rpartition("[")[2].rstrip("]")
-    match = re.fullmatch(r"(.+)-gpu\d+", params)
-    return match.group(1) if match else params
+# ---------------------------------------------------------------- parametrisation
+
+
+def _gpu_id(host: str, index: int) -> str:
+    return f"{host}-gpu{index}"
+
+
+def host_groups(targets: list[Target]) -> dict[str, str]:
+    """Test-id parameter (`n17`, `n17-gpu3`) -> the scheduling group of its host.
+
+    Every id is one the plugin generated, so the host is looked up, never parsed out of the
+    id. Two hosts whose ids could be the same string (`a` with gpu1, and a host named
+    `a-gpu1`) share a group: one worker then probes each of them once.
+    """
+    owners: dict[str, set[str]] = {}
+    for target in targets:
+        owners.setdefault(target.name, set()).add(target.name)
+        for index in range(target.gpu_slots):
+            owners.setdefault(_gpu_id(target.name, index), set()).add(target.name)
+    group = {t.name: t.name for t in targets}
+
+    def find(name: str) -> str:
+        while group[name] != name:
+            name = group[name]
+        return name
+
+    for hosts in owners.values():
+        first, *rest = sorted(hosts)
+        for other in rest:
+            group[find(other)] = find(first)
+    return {param: find(sorted(hosts)[0]) for param, hosts in owners.items()}
 
 
 class XdistHostScheduling:
@@ -140,137 +303,171 @@ class XdistHostScheduling:
     scheduling by scope is xdist's documented extension point and does not depend on them.)
     """
 
+    def __init__(self, groups: dict[str, str]) -> None:
+        self.groups = groups
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         from xdist.scheduler import LoadScopeScheduling
 
+        groups = self.groups
+
         class HostScheduling(LoadScopeScheduling):
             def _split_scope(self, nodeid: str) -> str:
-                return host_of(nodeid)
+                param = nodeid.rpartition("[")[2][:-1] if nodeid.endswith("]") else ""
+                return groups.get(param, nodeid)
 
         return HostScheduling(config, log)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    state = metafunc.config.stash[_KEY]
-    targets: dict[str, Target] = state["targets"]
+    state = metafunc.config.stash.get(_STATE, None)
+    if state is None or not {"node", "gpu"} & set(metafunc.fixturenames):
+        return
+    names = list(state.targets)
+    # Session scope groups the tests by host, so each host's facts are made once, then freed.
+    metafunc.parametrize("gpuhealth_host", names, ids=names, indirect=True, scope="session")
     if "gpu" in metafunc.fixturenames:
-        params = [
-            pytest.param((t.name, i), id=f"{t.name}-gpu{i}", marks=pytest.mark.xdist_group(t.name))
-            for t in targets.values()
-            for i in range(t.gpu_slots)
-        ]
-        metafunc.parametrize("gpu", params, indirect=True)
-    elif "node" in metafunc.fixturenames:
-        params = [pytest.param(t.name, id=t.name) for t in targets.values()]
-        metafunc.parametrize("node", params, indirect=True)
-
-
-def _facts_for(config: pytest.Config, item: pytest.Item, name: str) -> dict[str, Any]:
-    """The host's facts document, probed (or loaded) at most once per process."""
-    state = config.stash[_KEY]
-    cache: dict[str, Any] = state["facts"]
-    if name not in cache:
-        target: Target = state["targets"][name]
-        try:
-            if target.facts_file is not None:
-                cache[name] = load_facts(target.facts_file)
-            else:
-                expect = resolve_limits(target.expectations, state["profiles"], None)
-                cache[name] = run_probe(
-                    target.host,
-                    {
-                        "nvml_call_timeout_s": config.option.nvml_call_timeout,
-                        "root": config.option.probe_root,
-                        "expect": expect.limits,
-                    },
-                    python=target.python,
-                    timeout_s=config.option.probe_timeout,
-                )
-                _save_facts(state["save_facts"], name, cache[name])
-            allure.attach(
-                json.dumps(cache[name], indent=2),
-                name=f"facts {name}.json",
-                attachment_type=allure.attachment_type.JSON,
-            )
-        except (ProbeError, FactsFileError) as exc:
-            cache[name] = exc
-    facts = cache[name]
-    if isinstance(facts, Exception):
-        unreachable = isinstance(facts, ProbeError) and facts.unreachable
-        item.user_properties.append(
-            ("gpuhealth.unreachable" if unreachable else "gpuhealth.error", str(facts))
+        slots = max((t.gpu_slots for t in state.targets.values()), default=0)
+        metafunc.parametrize(
+            "gpu", range(slots), ids=[f"gpu{i}" for i in range(slots)], indirect=True
         )
-        # A fresh, short exception per test: the probe's traceback helps nobody 100 times over.
-        if isinstance(facts, ProbeError):
-            raise ProbeError(str(facts), facts.unreachable) from None
-        raise FactsFileError(str(facts)) from None
-    return facts
 
 
-def _save_facts(folder: Path, name: str, facts: dict[str, Any]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{name}.json").write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep only the GPU slots each host has (hosts of one run may expect different counts)."""
+    state = config.stash.get(_STATE, None)
+    if state is None:
+        return
+    kept = []
+    for item in items:
+        found = _labels_of(item)
+        if found is None or found[1] is None or found[1] < state.targets[found[0]].gpu_slots:
+            kept.append(item)
+    items[:] = kept
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@dataclass
+class HostState:
+    """One host of the run as its tests see it: its facts (or why there are none) and the
+    load tests already run on it, cached for the session by the `gpuhealth_host` fixture."""
+
+    target: Target
+    facts: dict[str, Any] | None
+    failure: ProbeError | FactsError | None
+    state: RunState
+    active: dict[str, Run] = field(default_factory=dict)
+    attached: bool = False
+    _limits: dict[str | None, Profile] = field(default_factory=dict)
+
+    def limits(self, product_name: str | None) -> Profile:
+        """The host's limits (profile matched by the GPUs' name when the inventory names none)."""
+        if product_name not in self._limits:
+            self._limits[product_name] = resolve_limits(
+                self.target.expectations, self.state.profiles, product_name
+            )
+        return self._limits[product_name]
+
+
+def _collect(state: RunState, target: Target) -> HostState:
+    try:
+        if target.facts_file is not None:
+            facts = load_facts(target.facts_file)
+        else:
+            limits = resolve_limits(target.expectations, state.profiles, None)
+            config = {"root": state.config.option.probe_root, "expect": limits.values}
+            timeout = float(limits.values["probe_timeout_s"])
+            facts = run_probe(target.host, config, python=target.python, timeout_s=timeout)
+            path = state.facts_dir / f"{safe_name(target.name)}.json"
+            reporting.write_private(path, json.dumps(facts, indent=2, sort_keys=True) + "\n")
+    except (ProbeError, FactsError) as exc:
+        return HostState(target, None, exc, state)
+    return HostState(target, facts, None, state)
+
+
+@pytest.fixture(scope="session")
+def gpuhealth_host(request: pytest.FixtureRequest) -> HostState:
+    """One host, probed (or its saved facts loaded) once for the whole session."""
+    state = run_state(request.config)
+    return _collect(state, state.targets[request.param])
 
 
 @dataclass(frozen=True)
 class Subject:
     """What a check test judges: a node, or one GPU slot of it, and the test item."""
 
-    view: checks.NodeView
+    view: NodeView
     index: int | None
     item: pytest.Item
+    host: HostState
 
 
-def _view(request: pytest.FixtureRequest, name: str) -> checks.NodeView:
-    state = request.config.stash[_KEY]
-    facts = _facts_for(request.config, request.node, name)
-    target: Target = state["targets"][name]
-    first_name = next((g.get("name") for g in facts.get("gpus") or [] if g.get("name")), None)
-    limits = resolve_limits(target.expectations, state["profiles"], first_name)
-    view = checks.NodeView(name, facts, limits)
+def _subject(request: pytest.FixtureRequest, host: HostState, index: int | None) -> Subject:
+    item = request.node
+    if host.failure is not None:
+        failure = host.failure
+        unreachable = isinstance(failure, ProbeError) and failure.unreachable
+        key = "gpuhealth.unreachable" if unreachable else "gpuhealth.error"
+        item.user_properties.append((key, str(failure)))
+        # A fresh, short exception per test: the probe's traceback helps nobody 100 times over.
+        if isinstance(failure, ProbeError):
+            raise ProbeError(str(failure), failure.unreachable) from None
+        raise FactsError(str(failure)) from None
+    facts = host.facts or {}
+    first = next((g.get("name") for g in facts.get("gpus") or [] if g.get("name")), None)
+    view = NodeView(host.target.name, facts, host.limits(first))
     if view.no_nvidia and not view.expected_gpus:
-        request.node.user_properties.append(
-            ("gpuhealth.note", f"no NVIDIA GPU/driver on {name}; none expected, GPU checks skipped")
+        item.user_properties.append(
+            (
+                "gpuhealth.note",
+                f"no NVIDIA GPU/driver on {view.host}; none expected, GPU checks skipped",
+            )
         )
-    return view
+    return Subject(view, index, item, host)
 
 
 @pytest.fixture
-def node(request: pytest.FixtureRequest) -> Subject:
+def node(request: pytest.FixtureRequest, gpuhealth_host: HostState) -> Subject:
     """The node under test: its facts and resolved limits."""
-    return Subject(_view(request, request.param), None, request.node)
+    return _subject(request, gpuhealth_host, None)
 
 
 @pytest.fixture
-def gpu(request: pytest.FixtureRequest) -> Subject:
+def gpu(request: pytest.FixtureRequest, gpuhealth_host: HostState) -> Subject:
     """One expected GPU slot of a node."""
-    name, index = request.param
-    return Subject(_view(request, name), index, request.node)
+    return _subject(request, gpuhealth_host, int(request.param))
+
+
+def _labels_of(item: pytest.Item) -> tuple[str, int | None] | None:
+    """(host, gpu index) of a suite test, from its parameters."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "gpuhealth_host" not in callspec.params:
+        return None
+    index = callspec.params.get("gpu")
+    return str(callspec.params["gpuhealth_host"]), None if index is None else int(index)
 
 
 @pytest.fixture(autouse=True)
 def _gpuhealth_labels(request: pytest.FixtureRequest) -> None:
     """Label every test with its host (and GPU) before anything can fail."""
-    callspec = getattr(request.node, "callspec", None)
-    if callspec is None:
+    found = _labels_of(request.node)
+    if found is None:
         return
-    if "gpu" in callspec.params:
-        name, index = callspec.params["gpu"]
+    name, index = found
+    if index is not None:
         request.node.user_properties.append(("gpuhealth.gpu", index))
         allure.dynamic.label("gpu", str(index))
         allure.dynamic.sub_suite(f"gpu{index}")
-    elif "node" in callspec.params:
-        name = callspec.params["node"]
-    else:
-        return
     request.node.user_properties.append(("gpuhealth.host", name))
     allure.dynamic.label("host", name)
     allure.dynamic.parent_suite(name)
     # Group by family even when the test skips before judging (load tests below their level).
-    chk = checks.REGISTRY.get(request.node.originalname.removeprefix("test_"))
+    chk = registry.checks().get(request.node.originalname.removeprefix("test_"))
     if chk is not None:
-        allure.dynamic.suite(chk.family)
+        allure.dynamic.suite(chk.group)
 
 
 @pytest.fixture(autouse=True)
@@ -282,12 +479,55 @@ def _gpuhealth_level(request: pytest.FixtureRequest, _gpuhealth_labels: None) ->
         pytest.skip(f"not run at level {current} (use --level {marker.args[0]})")
 
 
+def with_active(subject: Subject, section: str) -> Subject:
+    """The subject with its host's load test (`nccl`, `dcgm`) added to its facts: run once per
+    host and session, judged by the registered checks like any other section."""
+    host = subject.host
+    if host.target.host is None:
+        pytest.skip("active checks need a live host: not run on saved facts (--facts)")
+    if section not in host.active:
+        run = registry.active_run(section)
+        ctx = ActiveContext(
+            view=subject.view,
+            level=host.state.level,
+            launch=lambda name, command, timeout: host.state.launch(
+                host.target, name, command, timeout
+            ),
+        )
+        host.active[section] = run.launch(ctx)
+    else:
+        for name, outcome in host.active[section][1]:
+            allure.attach(
+                redact(outcome.log),
+                name=f"{name}.log",
+                attachment_type=allure.attachment_type.TEXT,
+            )
+    facts = {**subject.view.facts, section: host.active[section][0]}
+    view = NodeView(subject.view.host, facts, subject.view.limits)
+    return Subject(view, subject.index, subject.item, host)
+
+
+def attach_json(name: str, value: Any) -> None:
+    """Attach structured evidence (GPUd events, DCGM incidents) to the current Allure test."""
+    allure.attach(
+        json.dumps(value, indent=2), name=name, attachment_type=allure.attachment_type.JSON
+    )
+
+
 def judge(name: str, subject: Subject) -> None:
-    """Run check `name` on a node or GPU and turn its Result into a pytest outcome."""
+    """Run check `name` on a node or GPU and turn its finding into a pytest outcome."""
     view, index = subject.view, subject.index
-    chk = checks.REGISTRY[name]
-    result = checks.evaluate(name, view, index)
-    allure.dynamic.suite(chk.family)
+    chk = registry.check(name)
+    if not subject.host.attached:  # the facts document, once per host (in its first test)
+        subject.host.attached = True
+        allure.attach(
+            json.dumps(view.facts, indent=2),
+            name=f"facts {view.host}.json",
+            attachment_type=allure.attachment_type.JSON,
+        )
+    finding = evaluate(chk, view, index)
+    result = finding.result
+    allure.dynamic.suite(chk.group)
     allure.dynamic.label("check", name)
     allure.dynamic.severity(getattr(allure.severity_level, chk.severity.upper()))
     allure.dynamic.label("profile", view.limits.name)
@@ -296,20 +536,31 @@ def judge(name: str, subject: Subject) -> None:
         for key in ("uuid", "serial"):
             if record.get(key):
                 allure.dynamic.label(key, str(record[key]))
-    subject.item.user_properties.extend(
+    record_finding(subject.item, finding)
+    if result.status is Status.FAIL:
+        pytest.fail(finding.text, pytrace=False)
+    if result.status is Status.SKIP:
+        pytest.skip(finding.text)
+    if result.status is Status.WARN:
+        warnings.warn(GpuHealthWarning(finding.text), stacklevel=2)
+
+
+def record_finding(item: pytest.Item, finding: Finding) -> None:
+    """Hand a finding to the controller's Reporter (user properties cross xdist workers)."""
+    result = finding.result
+    item.user_properties.extend(
         [
-            ("gpuhealth.check", name),
-            ("gpuhealth.status", result.status),
+            ("gpuhealth.check", finding.check),
+            ("gpuhealth.status", result.status.value),
             ("gpuhealth.message", result.message),
-            ("gpuhealth.action", result.action or ""),
+            ("gpuhealth.label", finding.label),
+            ("gpuhealth.action", result.action.value),
+            ("gpuhealth.advice", result.advice or ""),
         ]
     )
-    if result.status == checks.FAIL:
-        pytest.fail(result.message, pytrace=False)
-    if result.status == checks.SKIP:
-        pytest.skip(result.message)
-    if result.status == checks.WARN:
-        warnings.warn(GpuHealthWarning(result.message), stacklevel=2)
+
+
+# ---------------------------------------------------------------- reports
 
 
 class Reporter:
@@ -317,12 +568,14 @@ class Reporter:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.state = config.stash[_KEY]
-        self.book: reporting.VerdictBook = self.state["book"]
+        self.state = run_state(config)
+        self.book = self.state.book
         self.verdicts: list[reporting.NodeVerdict] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        props = {k: v for k, v in report.user_properties if k.startswith("gpuhealth.")}
+        props: dict[str, Any] = {
+            k: v for k, v in report.user_properties if k.startswith("gpuhealth.")
+        }
         if report.when == "call" and "gpuhealth.fleet" in props:
             self._fleet(json.loads(props["gpuhealth.fleet"]))
         host = props.get("gpuhealth.host")
@@ -338,20 +591,26 @@ class Reporter:
             return
         if report.failed and "gpuhealth.status" not in props:
             message = props.get("gpuhealth.error") or _first_line(report)
-            self.book.error(host, check, gpu, message)
+            self.book.error(host, check.removeprefix("test_"), gpu, message)
             return
         if report.when == "setup" and report.skipped:  # e.g. a load test below its level
-            self.book.add(reporting.Finding(check, "SKIP", host, gpu, _first_line(report)))
+            self.book.add(
+                reporting.Outcome(
+                    check.removeprefix("test_"), "SKIP", host, gpu, _first_line(report), host
+                )
+            )
             return
         if report.when == "call" and "gpuhealth.status" in props:
             self.book.add(
-                reporting.Finding(
+                reporting.Outcome(
                     check=check,
                     status=props["gpuhealth.status"],
                     host=host,
                     gpu=gpu,
                     message=props.get("gpuhealth.message", ""),
-                    action=props.get("gpuhealth.action") or None,
+                    label=props.get("gpuhealth.label", host),
+                    action=props.get("gpuhealth.action") or "NONE",
+                    advice=props.get("gpuhealth.advice") or None,
                 )
             )
 
@@ -362,31 +621,33 @@ class Reporter:
                 self.book.note(entry["host"], entry["message"])
                 continue
             self.book.add(
-                reporting.Finding(
+                reporting.Outcome(
                     entry["check"],
                     entry["status"],
                     entry["host"],
                     None,
                     entry["message"],
+                    entry["host"],
                     entry["action"],
+                    entry.get("advice"),
                 )
             )
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        for name in self.state["targets"]:
+        for name in self.state.targets:
             self.book.node(name)
         self.verdicts = self.book.finish()
         reporting.write_json(
             self.verdicts,
-            self.state["verdicts"],
-            {"hosts": sorted(self.state["targets"]), "source": "pytest"},
+            self.state.verdicts,
+            {"hosts": sorted(self.state.targets), "source": "pytest"},
         )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         terminalreporter.section("gpuhealth verdicts")
         for line in reporting.table(self.verdicts, terminalreporter._tw.fullwidth):
             terminalreporter.write_line(line)
-        terminalreporter.write_line(f"verdicts written to {self.state['verdicts']}")
+        terminalreporter.write_line(f"verdicts written to {self.state.verdicts}")
 
 
 def _first_line(report: pytest.TestReport) -> str:

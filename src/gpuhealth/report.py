@@ -1,30 +1,70 @@
 """Per-node verdicts: PASS / WARN / FAIL / UNREACHABLE with the reasons and actions.
 
-The verdict is what an on-call engineer acts on (drain, reset, RMA), so it is built from the
-same findings whether they came from pytest or from `gpuhealth triage`.
+The verdict is what an on-call engineer and a drain script act on, so it is built from the same
+findings whether they came from pytest or from `gpuhealth triage`: reasons ordered by severity
+(hardware and driver first, then fabric and storage, then configuration and software), one
+reason per distinct problem however many GPUs share it, and the action codes to take.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
+from gpuhealth import registry
+from gpuhealth.checks import Finding
+from gpuhealth.results import Action
+
 ORDER = {"PASS": 0, "WARN": 1, "FAIL": 2, "UNREACHABLE": 3}
+_UNKNOWN_RANK = (3, 10_000)
 
 
 @dataclass
-class Finding:
-    """One check's outcome on one host (and GPU)."""
+class Outcome:
+    """What the report knows of one check on one host (and GPU).
+
+    `status` is a check status (PASS, WARN, FAIL, SKIP) or ERROR (the check could not run);
+    `message` is what was measured against what was expected, `label` names host and GPU.
+    """
 
     check: str
     status: str
     host: str
     gpu: int | None
     message: str
-    action: str | None = None
+    label: str
+    action: str = Action.NONE.value
+    advice: str | None = None
+
+    @classmethod
+    def of(cls, finding: Finding) -> Outcome:
+        """The report's view of a check's finding."""
+        result = finding.result
+        return cls(
+            finding.check,
+            result.status.value,
+            finding.host,
+            finding.gpu,
+            result.message,
+            finding.label,
+            result.action.value,
+            result.advice,
+        )
+
+    def entry(self) -> dict[str, Any]:
+        """The outcome as listed under a node in verdicts.json."""
+        return {
+            "check": self.check,
+            "gpu": self.gpu,
+            "message": f"{self.label}: {self.message}",
+            "action": self.action,
+            "advice": self.advice,
+        }
 
 
 @dataclass
@@ -41,33 +81,89 @@ class NodeVerdict:
     )
     notes: list[str] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
+    advice: list[str] = field(default_factory=list)
+
+
+@cache
+def _ranks() -> dict[str, tuple[int, int]]:
+    return {chk.name: (chk.rank, i) for i, chk in enumerate(registry.checks().values())}
+
+
+def _rank(check: str) -> tuple[int, int]:
+    """Where a check's findings stand in a node's reasons: by group, then report order."""
+    return _ranks().get(check, _UNKNOWN_RANK)
+
+
+def gpu_ranges(indices: list[int]) -> str:
+    """[0, 1, 2, 3, 5] -> "gpu0-3, gpu5"."""
+    parts: list[str] = []
+    ordered = sorted(set(indices))
+    start = 0
+    for i in range(1, len(ordered) + 1):
+        if i == len(ordered) or ordered[i] != ordered[i - 1] + 1:
+            low, high = ordered[start], ordered[i - 1]
+            parts.append(f"gpu{low}" if low == high else f"gpu{low}-{high}")
+            start = i
+    return ", ".join(parts)
+
+
+def _summarise(outcomes: list[Outcome]) -> tuple[list[str], list[str], list[str]]:
+    """One reason per distinct problem, most severe first, naming the checks and GPUs that saw
+    it; the distinct action codes, most drastic first; and the advice, in reason order."""
+    groups: dict[tuple[str, str], list[Outcome]] = {}
+    for outcome in outcomes:
+        groups.setdefault((outcome.status, outcome.message), []).append(outcome)
+
+    def order(group: list[Outcome]) -> tuple[Any, ...]:
+        first = min(group, key=lambda o: (_rank(o.check), o.gpu if o.gpu is not None else -1))
+        return (group[0].status != "FAIL", _rank(first.check), first.gpu or 0)
+
+    reasons: list[str] = []
+    advice: list[str] = []
+    codes: set[str] = set()
+    for group in sorted(groups.values(), key=order):
+        checks = list(dict.fromkeys(o.check for o in group))
+        gpus = sorted({o.gpu for o in group if o.gpu is not None})
+        if len(gpus) > 1:
+            where = f"{group[0].host} {gpu_ranges(gpus)}"
+        else:
+            where = min(group, key=lambda o: o.gpu is None).label
+        reasons.append(f"{where}: {group[0].message} [{', '.join(checks)}]")
+        for outcome in group:
+            codes.add(outcome.action)
+            if outcome.advice and outcome.advice not in advice:
+                advice.append(outcome.advice)
+    ranked = sorted(codes, key=lambda c: Action(c).rank if c in Action.__members__ else 99)
+    return reasons, [c for c in ranked if c != Action.NONE.value], advice
 
 
 class VerdictBook:
-    """Accumulates findings and turns them into per-node verdicts."""
+    """Accumulates outcomes and turns them into per-node verdicts."""
 
     def __init__(self) -> None:
         self.nodes: dict[str, NodeVerdict] = {}
+        self._bad: dict[str, list[Outcome]] = {}
+        self._soft: dict[str, list[Outcome]] = {}
 
     def node(self, host: str) -> NodeVerdict:
         """The verdict record of a host, created on first use."""
         return self.nodes.setdefault(host, NodeVerdict(host))
 
-    def add(self, finding: Finding) -> None:
+    def add(self, outcome: Outcome) -> None:
         """Record one check outcome."""
-        node = self.node(finding.host)
-        node.counts[finding.status] = node.counts.get(finding.status, 0) + 1
-        entry = {k: v for k, v in asdict(finding).items() if k not in ("host", "status")}
-        if finding.status == "FAIL":
-            node.failed.append(entry)
-        elif finding.status == "WARN":
-            node.warnings.append(entry)
+        node = self.node(outcome.host)
+        node.counts[outcome.status] = node.counts.get(outcome.status, 0) + 1
+        if outcome.status in ("FAIL", "ERROR"):
+            self._bad.setdefault(outcome.host, []).append(outcome)
+            node.failed.append(outcome.entry())
+        elif outcome.status == "WARN":
+            self._soft.setdefault(outcome.host, []).append(outcome)
+            node.warnings.append(outcome.entry())
 
     def error(self, host: str, check: str, gpu: int | None, message: str) -> None:
         """A check that could not run (a bug or a broken document), not a health verdict."""
-        node = self.node(host)
-        node.counts["ERROR"] += 1
-        node.failed.append({"check": check, "gpu": gpu, "message": message, "action": None})
+        advice = "read the error; re-run, and report it if it is a gpuhealth bug"
+        self.add(Outcome(check, "ERROR", host, gpu, message, host, Action.RERUN.value, advice))
 
     def unreachable(self, host: str, reason: str) -> None:
         """The host could not be probed at all."""
@@ -84,15 +180,17 @@ class VerdictBook:
 
     def finish(self) -> list[NodeVerdict]:
         """Decide every node's verdict; most severe first, then by host name."""
-        for node in self.nodes.values():
+        for host, node in self.nodes.items():
             if node.verdict == "UNREACHABLE":
+                node.actions = [Action.DRAIN.value]
+                node.advice = ["check that the node is up and reachable over SSH, then re-run"]
                 continue
-            if node.failed:
+            if self._bad.get(host):
                 node.verdict = "FAIL"
-                node.reasons, node.actions = _summarise(node.failed)
-            elif node.warnings:
+                node.reasons, node.actions, node.advice = _summarise(self._bad[host])
+            elif self._soft.get(host):
                 node.verdict = "WARN"
-                node.reasons, node.actions = _summarise(node.warnings)
+                node.reasons, node.actions, node.advice = _summarise(self._soft[host])
             else:
                 node.verdict = "PASS"
                 node.reasons = list(node.notes) or [
@@ -101,54 +199,49 @@ class VerdictBook:
         return sorted(self.nodes.values(), key=lambda n: (-ORDER[n.verdict], n.host))
 
 
-def _summarise(entries: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
-    """One reason per distinct problem (a missing GPU fails every check of its index the same
-    way), naming the checks that saw it; and the distinct actions, in order."""
-    by_message: dict[str, list[str]] = {}
-    actions: list[str] = []
-    ordered = sorted(entries, key=lambda e: (e.get("gpu") is not None, e.get("gpu") or 0))
-    for entry in ordered:
-        message = entry["message"].split(". Action: ")[0]
-        by_message.setdefault(message, []).append(entry["check"])
-        if entry.get("action") and entry["action"] not in actions:
-            actions.append(entry["action"])
-    reasons = [f"{message} [{', '.join(checks)}]" for message, checks in by_message.items()]
-    return reasons, actions
-
-
 def overall(verdicts: list[NodeVerdict]) -> str:
     """The worst node verdict of a run."""
     return max((v.verdict for v in verdicts), key=ORDER.__getitem__, default="PASS")
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write a report atomically (temp file + rename) and readable by its owner only: reports
+    name hosts and may quote launcher arguments."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    tmp.replace(path)
+
+
 def write_json(verdicts: list[NodeVerdict], path: Path, extra: dict[str, Any]) -> None:
     """Write reports/verdicts.json: one entry per node, for dashboards and drain scripts."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     doc = {
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "overall": overall(verdicts),
+        "action_codes": {a.value: a.meaning for a in Action},
         **extra,
         "nodes": {
             v.host: {k: val for k, val in asdict(v).items() if k != "host"} for v in verdicts
         },
     }
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
-    tmp.replace(path)
+    write_private(path, json.dumps(doc, indent=2) + "\n")
 
 
 def table(verdicts: list[NodeVerdict], width: int = 120) -> list[str]:
-    """Terminal lines: one per node with its verdict and first reason."""
+    """Terminal lines: one per node with its verdict, first action and first reason."""
     if not verdicts:
         return ["no hosts were checked"]
     host_w = max(4, *(len(v.host) for v in verdicts))
-    lines = [f"{'HOST':<{host_w}}  {'VERDICT':<11}  REASON"]
+    lines = [f"{'HOST':<{host_w}}  {'VERDICT':<11}  {'ACTION':<11}  REASON"]
     for v in verdicts:
         first = v.reasons[0] if v.reasons else ""
         more = f" (+{len(v.reasons) - 1} more)" if len(v.reasons) > 1 else ""
         text = first + more
-        room = max(20, width - host_w - 15)
+        room = max(20, width - host_w - 28)
         if len(text) > room:
             text = text[: room - 3] + "..."
-        lines.append(f"{v.host:<{host_w}}  {v.verdict:<11}  {text}")
+        action = v.actions[0] if v.actions else ""
+        lines.append(f"{v.host:<{host_w}}  {v.verdict:<11}  {action:<11}  {text}")
     return lines

@@ -6,7 +6,6 @@ expected topology must never come from probing, or a missing GPU would shorten t
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -15,12 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuhealth.checks import gpu_slots
 from gpuhealth.config import ConfigError, Expectations, ProfileSet, expectations_from_vars
-from gpuhealth.probe.schema import SCHEMA_VERSION
-
-# GPU slots parametrised when nothing says how many GPUs a host should have: enough for the
-# 8-GPU nodes this tool is for; more GPUs than slots fail the gpu_count check with a hint.
-UNKNOWN_GPU_SLOTS = 8
 
 
 @dataclass
@@ -40,10 +35,8 @@ class Target:
     def gpu_slots(self) -> int:
         """How many per-GPU test ids this host gets: the inventory's count, else its named
         profile's, else a fixed number of slots (never what the node happens to show)."""
-        for count in (self.expectations.gpu_count, self.profile_gpu_count):
-            if count is not None:
-                return count
-        return UNKNOWN_GPU_SLOTS
+        expected = self.expectations.gpu_count
+        return gpu_slots(expected if expected is not None else self.profile_gpu_count)
 
 
 def _interpreter(host_vars: dict[str, Any], local: bool) -> str:
@@ -67,10 +60,11 @@ def _target(
         merged["gpu_profile"] = cli["profile"]
     if cli.get("expected_gpus") is not None:
         merged["gpu_count"] = cli["expected_gpus"]
+    merged.update(cli.get("overrides") or {})
     expectations = expectations_from_vars(name, merged, profiles)
     profile_count = None
     if expectations.profile_name is not None:
-        profile_count = profiles.get(expectations.profile_name)["gpu_count"]
+        profile_count = profiles.get(expectations.profile_name).values["gpu_count"]
     return Target(
         name=name,
         expectations=expectations,
@@ -154,27 +148,3 @@ def offline_targets(folder: Path, profiles: ProfileSet, cli: dict[str, Any]) -> 
         host_vars = runner.get_variables(name) if name in known else {}
         targets.append(_target(name, host_vars, profiles, cli, facts_file=path))
     return targets
-
-
-class FactsFileError(ValueError):
-    """A saved facts document that cannot be used; names the file and what is wrong."""
-
-
-def load_facts(path: Path) -> dict[str, Any]:
-    """Read and sanity-check a saved facts document."""
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        raise FactsFileError(f"{path}: cannot read: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise FactsFileError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from exc
-    if not isinstance(doc, dict):
-        raise FactsFileError(f"{path}: a facts document must be a JSON object")
-    if doc.get("schema_version") != SCHEMA_VERSION:
-        raise FactsFileError(
-            f"{path}: schema_version {doc.get('schema_version')!r}, this gpuhealth reads "
-            f"{SCHEMA_VERSION}"
-        )
-    if not isinstance(doc.get("gpus"), list):
-        raise FactsFileError(f"{path}: 'gpus' must be a list")
-    return doc

@@ -12,12 +12,13 @@ import base64
 import importlib.util
 import json
 import shlex
-import threading
 import zlib
 from pathlib import Path
 from typing import Any
 
-from gpuhealth.probe.schema import SCHEMA_VERSION
+from gpuhealth.deadline import DeadlineExceeded, within
+from gpuhealth.documents import FactsError, validated
+from gpuhealth.families import NAMES
 
 _BOOTSTRAP = """\
 import base64, importlib.abc, importlib.util, json, os, sys, zlib
@@ -57,15 +58,36 @@ def _source(name: str) -> tuple[str, bool] | None:
     return Path(spec.origin).read_text(), spec.submodule_search_locations is not None
 
 
-def _module_sources() -> tuple[dict[str, str], list[str]]:
-    """The modules the probe imports, found by following its imports from probe.main.
+def _imports(tree: ast.AST) -> list[str]:
+    """The gpuhealth modules a module imports at run time (`if TYPE_CHECKING:` blocks are for
+    the type checker only and are not followed)."""
+    found: list[str] = []
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] == "gpuhealth":
+                found.append(node.module)
+                found.extend(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.extend(a.name for a in node.names if a.name.split(".")[0] == "gpuhealth")
+    return found
+
+
+def node_modules() -> tuple[dict[str, str], list[str]]:
+    """The modules that run on the node: the probe's core, every family's `probe.py`, and what
+    they import (followed from their imports; `families.NAMES` says which families exist).
 
     Only what the probe needs travels: the command line is limited (128 KiB for one argument
     on Linux), and controller-side code has no business on the node.
     """
     sources: dict[str, str] = {}
     packages: list[str] = []
-    todo = ["gpuhealth.probe.main"]
+    todo = ["gpuhealth.probe.main", *(f"gpuhealth.families.{n}.probe" for n in NAMES)]
     while todo:
         name = todo.pop()
         if name in sources:
@@ -80,19 +102,13 @@ def _module_sources() -> tuple[dict[str, str], list[str]]:
         parent = name.rpartition(".")[0]
         if parent:
             todo.append(parent)
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                if node.module.split(".")[0] == "gpuhealth":
-                    todo.append(node.module)
-                    todo.extend(f"{node.module}.{alias.name}" for alias in node.names)
-            elif isinstance(node, ast.Import):
-                todo.extend(a.name for a in node.names if a.name.split(".")[0] == "gpuhealth")
+        todo.extend(_imports(ast.parse(text)))
     return sources, sorted(packages)
 
 
 def probe_command(config: dict[str, Any], python: str = "python3", timeout_s: float = 120) -> str:
     """The shell command that runs the probe on a node, bounded by `timeout` there too."""
-    modules, packages = _module_sources()
+    modules, packages = node_modules()
     payload = {"modules": modules, "packages": packages, "config": config}
     blob = base64.b64encode(zlib.compress(json.dumps(payload).encode(), 9)).decode()
     return (
@@ -106,15 +122,12 @@ def parse_output(stdout: str) -> dict[str, Any]:
         if line.startswith("{"):
             try:
                 doc = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ProbeError(f"probe printed broken JSON: {exc}", unreachable=False) from exc
-            if doc.get("schema_version") != SCHEMA_VERSION:
-                raise ProbeError(
-                    f"probe answered schema_version {doc.get('schema_version')!r}, "
-                    f"expected {SCHEMA_VERSION}",
-                    unreachable=False,
-                )
-            return doc
+            except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+                raise ProbeError(f"probe printed no usable JSON: {exc}", unreachable=False) from exc
+            try:
+                return validated(doc, "the probe's answer")
+            except FactsError as exc:
+                raise ProbeError(str(exc), unreachable=False) from exc
     raise ProbeError("probe printed no facts document", unreachable=False)
 
 
@@ -135,22 +148,12 @@ def run_probe(
     The call is also bounded on the controller, in case the transport itself hangs.
     """
     command = probe_command(config, python, timeout_s)
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["result"] = host.run(command)
-        except Exception as exc:
-            box["error"] = exc
-
-    worker = threading.Thread(target=target, daemon=True)
-    worker.start()
-    worker.join(timeout_s + 30)
-    if worker.is_alive():
-        raise ProbeError(f"no answer within {timeout_s + 30:g} s", unreachable=True)
-    if "error" in box:
-        raise ProbeError(_connection_error(box["error"]), unreachable=True)
-    result = box["result"]
+    try:
+        result = within(timeout_s + 30, lambda: host.run(command))
+    except DeadlineExceeded as exc:
+        raise ProbeError(str(exc), unreachable=True) from None
+    except Exception as exc:
+        raise ProbeError(_connection_error(exc), unreachable=True) from None
     if result.rc == 255 and not result.stdout:
         raise ProbeError(f"ssh failed: {result.stderr.strip()[-500:]}", unreachable=True)
     if result.rc == 124:

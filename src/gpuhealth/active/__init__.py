@@ -2,10 +2,9 @@
 
 The passive probe tells what a node says about itself; these put it under load: nccl-tests on
 all local GPUs and across nodes, and the DCGM diagnostic. They run through the testinfra host
-the suite already has, each bounded by its own timeout, never on the quick path.
-
-This is a package, not a module of `gpuhealth`, so it is not shipped to the nodes with the
-probe (transport.py ships the modules of `gpuhealth` itself).
+the suite already has, each bounded by its own timeout, never on the quick path. The families
+declare their load tests (`ActiveRun` in family.py); this package holds what they share: the
+levels, the bounded launcher (runner.py) and bisection.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""`python -m gpuhealth.probe ['{"root": "/"}']`: print this node's facts document."""
+"""`python -m gpuhealth.probe` is `gpuhealth probe`: this node's facts document on stdout."""
 
-import json
 import os
 import sys
 
-from gpuhealth.probe.main import main
+from gpuhealth.cli import main
 
-main(json.loads(sys.argv[1]) if len(sys.argv) > 1 else None)
+code = main(["probe", *sys.argv[1:]])
+sys.stdout.flush()
 # A hung NVML call may still hold a worker thread: leave without waiting for it.
-os._exit(0)
+os._exit(code)

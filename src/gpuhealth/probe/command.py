@@ -1,29 +1,47 @@
-"""Running node commands with a hard timeout, so one hung tool cannot hang the probe."""
+"""Running node commands with a hard timeout, so one hung tool cannot hang the probe.
 
-from __future__ import annotations
+Node side: Python 3.6 and the standard library.
+"""
 
 import os
 import shutil
 import signal
 import subprocess
-from dataclasses import dataclass
+from typing import List, Optional
 
 # How long to wait for a killed command's pipes to close before giving up on them.
 KILL_GRACE_S = 2.0
 
 
-@dataclass
 class CommandResult:
     """What a command did; `error` is set when it could not run or timed out."""
 
-    rc: int | None
-    stdout: str
-    stderr: str
-    error: str | None = None
-    timed_out: bool = False
+    def __init__(
+        self,
+        rc: Optional[int],
+        stdout: str,
+        stderr: str,
+        error: Optional[str] = None,
+        timed_out: bool = False,
+    ) -> None:
+        self.rc = rc
+        self.stdout = stdout
+        self.stderr = stderr
+        self.error = error
+        self.timed_out = timed_out
+
+    def failure(self) -> Optional[str]:
+        """Why the command did not give a usable answer (could not run, timed out, exit != 0)
+        in one line, or None when it exited 0."""
+        if self.error:
+            return self.error
+        if self.rc != 0:
+            text = (self.stderr.strip() or self.stdout.strip() or "no output").splitlines()[0]
+            return f"exit {self.rc}: {text[:300]}"
+        return None
 
 
-def run(argv: list[str], timeout_s: float) -> CommandResult:
+def run(argv: List[str], timeout_s: float) -> CommandResult:
     """Run argv in its own process group and kill the whole group on timeout."""
     if shutil.which(argv[0]) is None:
         return CommandResult(None, "", "", error=f"{argv[0]}: command not found")
@@ -58,7 +76,7 @@ def run(argv: list[str], timeout_s: float) -> CommandResult:
             None,
             out.decode(errors="replace"),
             err.decode(errors="replace"),
-            error=f"{' '.join(argv)} timed out after {timeout_s:g} s",
+            error="{} timed out after {:g} s".format(" ".join(argv), timeout_s),
             timed_out=True,
         )
     return CommandResult(

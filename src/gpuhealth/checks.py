@@ -1,0 +1,375 @@
+"""The toolkit of check families: registering checks, reading facts, and judging a node.
+
+Checks are pure functions over one facts document and the node's resolved limits. The pytest
+suite, `gpuhealth triage` and the node-local modes all call `evaluate`, so a live run, a run on
+saved facts and a triage of a pasted log judge a node by exactly the same rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpuhealth.facts import reason
+from gpuhealth.results import Action, Result, Status, failed, skipped
+
+if TYPE_CHECKING:
+    from gpuhealth.config import Profile
+
+Record = dict[str, Any]
+# GPU slots parametrised when nothing says how many GPUs a host should have: enough for the
+# 8-GPU nodes this tool is for; more GPUs than slots fail the gpu_count check with a hint.
+UNKNOWN_GPU_SLOTS = 8
+
+# The report group of a check (its Allure suite) and how early its findings come in a node's
+# reasons: hardware and driver first, then fabric and storage, then configuration and software.
+GROUP_RANKS = {
+    "errors": 0,
+    "memory": 0,
+    "thermal": 0,
+    "power": 0,
+    "pcie": 0,
+    "nvlink": 0,
+    "dcgm": 0,
+    "driver": 1,
+    "inventory": 1,
+    "gpud": 1,
+    "fabric": 2,
+    "storage": 2,
+    "nccl": 2,
+    "system": 3,
+    "processes": 4,
+}
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """Everything a check may look at for one host: its facts and its resolved limits."""
+
+    host: str
+    facts: Record
+    limits: Profile
+
+    @property
+    def expected_gpus(self) -> int | None:
+        """The GPU count the inventory or profile expects, if any."""
+        return self.limits.values.get("gpu_count")
+
+    def gpu(self, index: int) -> Record | None:
+        """The GPU record with this index, if the node reported one."""
+        for gpu in self.facts.get("gpus") or []:
+            if isinstance(gpu, dict) and gpu.get("index") == index:
+                return gpu
+        return None
+
+    @property
+    def from_evidence(self) -> bool:
+        """Built from a saved log: what it lacks was not captured, not found missing."""
+        return self.facts.get("source") == "evidence-file"
+
+    @property
+    def no_nvidia(self) -> bool:
+        """Nothing NVIDIA here at all: no driver, no GPU on the PCI bus."""
+        driver = self.facts.get("driver") or {}
+        pci = (self.facts.get("pci") or {}).get("nvidia_gpus")
+        return not driver.get("loaded") and not self.facts.get("gpus") and not pci
+
+
+class StopCheck(Exception):
+    """Raised inside a check to end it with a ready Result (see `need`)."""
+
+    def __init__(self, result: Result) -> None:
+        super().__init__(result.message)
+        self.result = result
+
+
+CheckFn = Callable[..., Result]
+
+
+@dataclass(frozen=True)
+class Check:
+    """A registered check; `fn(node)` or `fn(node, gpu)` returns a Result or raises StopCheck.
+
+    `section` is the top-level key of the facts document the check reads: when it is missing,
+    saved evidence did not capture it (not evaluated) or the live probe failed to (a failure).
+    `level` above "quick" marks a load test: its section comes from a run at that level.
+    `group` is the report group (Allure suite) and ranks the check's findings in a verdict.
+    """
+
+    name: str
+    scope: str
+    family: str
+    group: str
+    severity: str
+    summary: str
+    fn: CheckFn
+    section: str
+    level: str
+
+    @property
+    def rank(self) -> int:
+        """Where this check's findings stand in a node's reasons (0 first)."""
+        return GROUP_RANKS.get(self.group, 3)
+
+
+@dataclass
+class CheckSet:
+    """The checks of one family in report order, registered with `node` and `gpu`."""
+
+    family: str
+    checks: list[Check] = field(default_factory=list)
+
+    def _register(
+        self, scope: str, name: str, group: str, severity: str, section: str, level: str
+    ) -> Callable[[CheckFn], CheckFn]:
+        if group not in GROUP_RANKS:
+            raise ValueError(f"check {name}: unknown group {group!r}")
+
+        def wrap(fn: CheckFn) -> CheckFn:
+            summary = (fn.__doc__ or name).strip().splitlines()[0]
+            self.checks.append(
+                Check(name, scope, self.family, group, severity, summary, fn, section, level)
+            )
+            return fn
+
+        return wrap
+
+    def node(
+        self,
+        name: str,
+        group: str,
+        severity: str = "critical",
+        section: str = "gpus",
+        level: str = "quick",
+    ) -> Callable[[CheckFn], CheckFn]:
+        """Register a check judged once per node: `fn(node) -> Result`."""
+        return self._register("node", name, group, severity, section, level)
+
+    def gpu(
+        self,
+        name: str,
+        group: str,
+        severity: str = "critical",
+        section: str = "gpus",
+        level: str = "quick",
+    ) -> Callable[[CheckFn], CheckFn]:
+        """Register a check judged per expected GPU slot: `fn(node, gpu_record) -> Result`."""
+        return self._register("gpu", name, group, severity, section, level)
+
+
+def need(record: Record, key: str, what: str, required: bool = False) -> Any:
+    """record[key], or stop the check with the right verdict for why it is missing.
+
+    Unsupported data skips unless the profile requires it; data the source failed to give fails
+    (it is never a silent pass); data a saved log does not contain is "not evaluated".
+    """
+    value = record.get(key)
+    if value is not None:
+        return value
+    raise StopCheck(missing(record, key, what, required))
+
+
+def missing(record: Record | None, key: str, what: str, required: bool = False) -> Result:
+    """The verdict for record[key] being null, from the reason recorded next to it."""
+    why = reason(record, key)
+    kind, detail = why["kind"], why["detail"]
+    if kind == "absent":
+        return skipped(f"not evaluated: the evidence holds no {what} ({detail})")
+    if kind == "not_supported" and not required:
+        return skipped(f"{what} not supported here ({detail})")
+    if kind == "not_supported":
+        return failed(
+            f"{what} not supported ({detail}), but the profile requires it",
+            Action.FIX_CONFIG,
+            "update the driver, or set the profile key that requires it to false",
+        )
+    return failed(
+        f"could not read {what}: {detail}",
+        Action.RERUN,
+        "re-run; if it persists, check the driver (nvidia-smi, dmesg) and reboot the node",
+    )
+
+
+def detail(record: Record | None, key: str) -> str:
+    """Why record[key] is null, in words, for messages that only report it."""
+    return reason(record, key)["detail"]
+
+
+def section(node: NodeView, name: str) -> Record:
+    """A facts section that `evaluate` found present; stop with SKIP when it does not apply."""
+    value = node.facts[name]
+    if not isinstance(value, dict):
+        raise StopCheck(
+            failed(
+                f"the {name} section is not an object ({type(value).__name__})",
+                Action.RERUN,
+                "re-collect the facts with this gpuhealth",
+            )
+        )
+    if value.get("skipped"):
+        raise StopCheck(skipped(str(value["skipped"])))
+    return value
+
+
+def require_nvidia(node: NodeView, evidence_too: bool = True) -> None:
+    """Skip a GPU-node check on a host with nothing NVIDIA that expects no GPU.
+
+    With `evidence_too` false, a saved log is still judged on what it holds (a kernel log
+    pasted without any nvidia-smi output has no GPU records, yet its XIDs count).
+    """
+    if node.no_nvidia and not node.expected_gpus and (evidence_too or not node.from_evidence):
+        raise StopCheck(skipped(f"no NVIDIA GPU/driver on {node.host}"))
+
+
+def load_test_output(node: NodeView, name: str, key: str, what: str, evidence: str) -> Any:
+    """The parsed output of a load test, or stop: SKIP when the runner said it does not apply,
+    FAIL when it produced nothing (a load test that did not run is never a pass). The runner
+    records why in the section's `error`, with an `action` code and `advice`."""
+    record = section(node, name)
+    output = record.get(key)
+    if record.get("error") or output is None:
+        code = record.get("action")
+        raise StopCheck(
+            failed(
+                f"{what}: {record.get('error') or 'no output'}",
+                Action(code) if code in Action.__members__ else Action.RERUN,
+                record.get("advice") or f"read the attached {evidence}",
+            )
+        )
+    return output
+
+
+def gpu_label(host: str, index: int, gpu: Record | None) -> str:
+    """`node17 gpu3 (GPU-..., serial ..., bus ...)`: how findings name a GPU."""
+    if not gpu:
+        return f"{host} gpu{index}"
+    ids = [str(gpu.get("uuid") or "uuid unknown")]
+    if gpu.get("serial"):
+        ids.append(f"serial {gpu['serial']}")
+    if gpu.get("pci_bus_id"):
+        ids.append(f"bus {gpu['pci_bus_id']}")
+    return f"{host} gpu{index} ({', '.join(ids)})"
+
+
+def _missing_gpu(node: NodeView, index: int) -> Result:
+    gpus = node.facts.get("gpus") or []
+    found = len(gpus)
+    expected = node.expected_gpus
+    if node.no_nvidia and not expected:
+        return skipped(f"no NVIDIA GPU/driver on {node.host}")
+    reported = node.facts.get("gpu_count")
+    if node.from_evidence and isinstance(reported, int) and index < reported:
+        return skipped(f"not evaluated: the evidence has no record of GPU {index}")
+    if expected is None:
+        return skipped(
+            f"GPU index {index} not present on {node.host} (found {found}; set gpu_count in "
+            "the inventory or --expected-gpus to assert a count)"
+        )
+    return failed(
+        f"expected {expected} GPUs, found {found}: GPU index {index} missing on {node.host}",
+        Action.RMA,
+        "check `nvidia-smi -L`, `lspci -d 10de:` and dmesg for Xid 79 (fallen off the bus); "
+        "reseat the GPU or RMA it",
+    )
+
+
+def _missing_section(node: NodeView, chk: Check) -> Result:
+    name = chk.section
+    if node.from_evidence:
+        return skipped(f"not evaluated: the evidence holds no {name} data")
+    if chk.level != "quick":
+        return skipped(f"not run: {chk.name} is a load test (--level {chk.level})")
+    errors = [
+        str(e.get("error", ""))
+        for e in node.facts.get("errors") or []
+        if isinstance(e, dict) and e.get("probe") == name
+    ]
+    why = f": {'; '.join(errors)}" if errors else ""
+    return failed(
+        f"the probe returned no {name} data{why}",
+        Action.RERUN,
+        "run `gpuhealth probe` on the node to see the error; update gpuhealth if it is a bug",
+    )
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A check's Result on one host (and GPU), with the label that names the GPU."""
+
+    check: str
+    host: str
+    gpu: int | None
+    label: str
+    result: Result
+
+    @property
+    def status(self) -> Status:
+        """The result's status."""
+        return self.result.status
+
+    @property
+    def action(self) -> Action:
+        """The result's action code."""
+        return self.result.action
+
+    @property
+    def advice(self) -> str | None:
+        """The result's advice, in words."""
+        return self.result.advice
+
+    @property
+    def text(self) -> str:
+        """The finding as one line: `label: message. Action CODE: advice` (FAIL and WARN)."""
+        text = f"{self.label}: {self.result.message}"
+        if self.result.status in (Status.FAIL, Status.WARN):
+            text += f". Action {self.result.action}"
+            text += f": {self.result.advice}" if self.result.advice else ""
+        return text
+
+
+def evaluate(chk: Check, node: NodeView, index: int | None = None) -> Finding:
+    """Run one check on a node (or one GPU slot of it)."""
+    label = node.host if index is None else gpu_label(node.host, index, None)
+    if node.facts.get(chk.section) is None:
+        result = _missing_section(node, chk)
+    elif chk.scope == "gpu":
+        if index is None:
+            raise ValueError(f"{chk.name} is judged per GPU: give the GPU index")
+        gpu = node.gpu(index)
+        if gpu is None:
+            result = _missing_gpu(node, index)
+        else:
+            label = gpu_label(node.host, index, gpu)
+            result = _run(chk.fn, node, gpu)
+    else:
+        result = _run(chk.fn, node)
+    return Finding(chk.name, node.host, index, label, result)
+
+
+def _run(fn: CheckFn, *args: Any) -> Result:
+    try:
+        return fn(*args)
+    except StopCheck as stop:
+        return stop.result
+
+
+def judged(checks: list[Check], view: NodeView, slots: int) -> list[Finding]:
+    """Every check on one node: node checks once, GPU checks for each of `slots` GPUs."""
+    found = [evaluate(c, view) for c in checks if c.scope == "node"]
+    for index in range(slots):
+        found += [evaluate(c, view, index) for c in checks if c.scope == "gpu"]
+    return found
+
+
+def gpu_slots(expected: int | None, facts: Record | None = None) -> int:
+    """How many GPU slots a node is judged on: the expected count when there is one, else
+    what its facts report (never fewer than it shows), else the 8 of the nodes gpuhealth is
+    for (a node with more GPUs than slots fails gpu_count with a hint)."""
+    if expected is not None:
+        return expected
+    if facts is not None:
+        reported = facts.get("gpu_count")
+        gpus = facts.get("gpus") or []
+        return max(reported if isinstance(reported, int) and reported >= 0 else 0, len(gpus))
+    return UNKNOWN_GPU_SLOTS

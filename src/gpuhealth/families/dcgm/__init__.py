@@ -1,0 +1,1 @@
+"""DCGM family: the DCGM diagnostic (load test) and the DCGM health watches."""

@@ -1,0 +1,35 @@
+"""Saved DCGM evidence for triage: `dcgmi diag -j` and `dcgmi health -c -j` JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuhealth.families.dcgm import parse_dcgm
+from gpuhealth.registry import Kind
+
+
+def looks_like_diag(text: str) -> bool:
+    """`dcgmi diag -j` output of any DCGM release."""
+    return any(f'"{key}"' in text for key in parse_dcgm.DIAG_KEYS)
+
+
+def diag_evidence(text: str) -> dict[str, Any]:
+    """Saved `dcgmi diag -j` output as the `dcgm` facts section."""
+    section = {"level": None, "command": None, "rc": None, "duration_s": None, "error": None}
+    return {"dcgm": {**section, "diag": parse_dcgm.parse_diag(text)}}
+
+
+def looks_like_health(text: str) -> bool:
+    """`dcgmi health -c -j` output."""
+    return '"Health Monitor Report"' in text or '"Overall Health"' in text
+
+
+def health_evidence(text: str) -> dict[str, Any]:
+    """Saved `dcgmi health -c -j` output as the `dcgm_health` facts section."""
+    return {"dcgm_health": {"health": parse_dcgm.parse_health(text), "unavailable": {}}}
+
+
+KINDS = (
+    Kind("dcgmi diag -j", looks_like_diag, diag_evidence, priority=30),
+    Kind("dcgmi health -c -j", looks_like_health, health_evidence, priority=31),
+)

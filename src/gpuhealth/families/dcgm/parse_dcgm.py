@@ -1,0 +1,190 @@
+"""`dcgmi diag -r N -j` and `dcgmi health -c -j` JSON as typed records.
+
+Both DCGM layouts of the diagnostic are read into one shape:
+
+- 2.x/3.x: `{"DCGM GPU Diagnostic": {"test_categories": [{"category", "tests": [{"name",
+  "results": [{"gpu_ids": "0" | "0,1,..." | 0, "status", "info": str | [str],
+  "warnings": [str | {"warning", "error_id"}]}]}]}], "version": ...}}`;
+- 4.x: `{"DCGM Diagnostic": {"test_categories": [... results: [{"entity_group": "GPU",
+  "entity_id": 3, "status", "info": [str], "warnings": [{"warning", "error_id", ...}]}],
+  "test_summary": {"status"}]}], "runtime_error"?}, "metadata": {...}, "entity_groups": [...]}`.
+
+Real output has junk before the `{` (a stray warning line), `null` entries in the test arrays
+and upper-case statuses (`PASS`) on old builds; all are tolerated. Text that holds no JSON
+object, or JSON that is not a DCGM document, is a ParseError.
+"""
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from gpuhealth.parsing import ParseError, load_json
+
+STATUSES = ("Pass", "Fail", "Warn", "Skip", "Not Run")
+_STATUS = {
+    "pass": "Pass",
+    "passed": "Pass",
+    "fail": "Fail",
+    "failed": "Fail",
+    "warn": "Warn",
+    "warning": "Warn",
+    "skip": "Skip",
+    "skipped": "Skip",
+    "not run": "Not Run",
+    "notrun": "Not Run",
+}
+DIAG_KEYS = {"DCGM Diagnostic": "4.x", "DCGM GPU Diagnostic": "3.x"}
+
+
+def _document(text: str, what: str) -> Any:
+    """The JSON document in `text`, skipping anything printed before its first `{` or `[`."""
+    starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
+    if not starts:
+        first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+        raise ParseError(f"{what}: no JSON in the output (first line: {first[:200]!r})")
+    return load_json(text, what, min(starts))
+
+
+def status_name(raw: Any) -> str:
+    """DCGM's status in one spelling (Pass/Fail/Warn/Skip/Not Run); unknown ones kept as is."""
+    text = " ".join(str(raw or "").split())
+    return _STATUS.get(text.lower(), text or "missing")
+
+
+def _messages(value: Any) -> List[str]:
+    if value is None:
+        return []
+    if isinstance(value, (str, int, float)):
+        return [str(value)] if str(value).strip() else []
+    if isinstance(value, dict):
+        text = value.get("warning") or value.get("message") or value.get("info") or ""
+        code = value.get("error_id")
+        return [f"{text} (DCGM error {code})" if code is not None and text else str(text)]
+    out: List[str] = []
+    for item in value:
+        out.extend(_messages(item))
+    return [m for m in out if m]
+
+
+def _gpus(result: Dict[str, Any]) -> Tuple[List[int], Optional[str]]:
+    """GPU indices a result is about, and a label for a non-GPU entity (4.x CPU, NvSwitch)."""
+    group = result.get("entity_group")
+    if group is not None:
+        entity = result.get("entity_id")
+        if str(group).upper() == "GPU" and isinstance(entity, int):
+            return [entity], None
+        return [], f"{group} {entity}"
+    ids = result.get("gpu_ids", result.get("gpu_id"))
+    if ids is None or ids == "":
+        return [], None
+    if isinstance(ids, int):
+        return [ids], None
+    try:
+        return [int(part) for part in str(ids).split(",") if part.strip()], None
+    except ValueError:
+        raise ParseError(f"dcgmi diag: bad gpu_ids {ids!r}") from None
+
+
+def parse_diag(text: str) -> Dict[str, Any]:
+    """Every test's results, each with its GPU indices, status, info and warnings."""
+    doc = _document(text, "dcgmi diag -j")
+    if not isinstance(doc, dict):
+        raise ParseError("dcgmi diag -j: the output is JSON but not an object")
+    key = next((k for k in DIAG_KEYS if k in doc), None)
+    if key is None:
+        raise ParseError(
+            f"dcgmi diag -j: no 'DCGM Diagnostic' or 'DCGM GPU Diagnostic' object "
+            f"(keys: {', '.join(sorted(doc))[:200]})"
+        )
+    body = doc[key] or {}
+    metadata = doc.get("metadata") or {}
+    tests = []
+    for category in body.get("test_categories") or []:
+        if not isinstance(category, dict):
+            continue
+        for test in category.get("tests") or []:
+            if not isinstance(test, dict):
+                continue
+            results = []
+            for result in test.get("results") or []:
+                if not isinstance(result, dict):
+                    continue
+                gpus, entity = _gpus(result)
+                results.append(
+                    {
+                        "gpus": gpus,
+                        "entity": entity,
+                        "status": status_name(result.get("status")),
+                        "info": _messages(result.get("info")),
+                        "warnings": _messages(result.get("warnings")),
+                    }
+                )
+            summary = (test.get("test_summary") or {}).get("status")
+            tests.append(
+                {
+                    "category": category.get("category"),
+                    "name": str(test.get("name") or "unnamed test"),
+                    "summary": status_name(summary) if summary is not None else None,
+                    "results": results,
+                }
+            )
+    serials = {}
+    for group in doc.get("entity_groups") or []:
+        if isinstance(group, dict) and str(group.get("entity_group", "")).upper() == "GPU":
+            for entity in group.get("entities") or []:
+                if isinstance(entity, dict) and isinstance(entity.get("entity_id"), int):
+                    serials[str(entity["entity_id"])] = entity.get("serial_num")
+    runtime_error = body.get("runtime_error") or doc.get("runtime_error")
+    return {
+        "layout": DIAG_KEYS[key],
+        "version": metadata.get("version") or body.get("version"),
+        "driver_version": metadata.get("Driver Version Detected")
+        or body.get("Driver Version Detected"),
+        "runtime_error": str(runtime_error) if runtime_error else None,
+        "tests": tests,
+        "gpu_serials": serials,
+    }
+
+
+def _value(node: Any) -> Optional[str]:
+    if isinstance(node, dict):
+        value = node.get("value")
+        return str(value) if value is not None else None
+    return str(node) if node is not None else None
+
+
+def parse_health(text: str) -> Dict[str, Any]:
+    """Overall health and its incidents: entity, subsystem, health and DCGM's message.
+
+    dcgmi prints `{"header": ["Health Monitor Report"], "body": {"Overall Health": {"value":
+    "Healthy"}, "GPU": {"children": {"0": {"value": "Warning", "children": {"Errors":
+    {"children": {"PCIe system": {"value": "Warning", "overflow": ["..."]}}}}}}}}}`.
+    """
+    doc = _document(text, "dcgmi health -c -j")
+    body = doc.get("body") if isinstance(doc, dict) else None
+    if not isinstance(body, dict) or "Overall Health" not in body:
+        raise ParseError("dcgmi health -c -j: no 'body' with 'Overall Health'")
+    incidents = []
+    for group, tree in body.items():
+        if group == "Overall Health" or not isinstance(tree, dict):
+            continue
+        for entity, node in (tree.get("children") or {}).items():
+            errors = ((node.get("children") or {}).get("Errors") or {}).get("children") or {}
+            for system, info in errors.items():
+                overflow = info.get("overflow") if isinstance(info, dict) else None
+                incidents.append(
+                    {
+                        "entity": f"{group} {entity}",
+                        "system": system,
+                        "health": _value(info),
+                        "message": " ".join(str(m) for m in overflow or []) or None,
+                    }
+                )
+            if not errors:
+                incidents.append(
+                    {
+                        "entity": f"{group} {entity}",
+                        "system": None,
+                        "health": _value(node),
+                        "message": None,
+                    }
+                )
+    return {"overall": _value(body["Overall Health"]), "incidents": incidents}

@@ -1,0 +1,1 @@
+"""Fabric family: EFA devices and libfabric on AWS, InfiniBand ports elsewhere."""

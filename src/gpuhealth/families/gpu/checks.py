@@ -1,0 +1,435 @@
+"""GPU checks: driver gate, GPU count and uniformity, and the per-GPU health of each GPU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from gpuhealth.checks import CheckSet, NodeView, StopCheck, need, require_nvidia
+from gpuhealth.families.gpu.limits import GpuLimits
+from gpuhealth.families.gpu.schema import recovery_action_name
+from gpuhealth.results import Action, Result, failed, passed, skipped, warned
+
+CHECKS = CheckSet("gpu")
+
+
+def _limits(node: NodeView) -> GpuLimits:
+    return node.limits.get(GpuLimits)
+
+
+def _need_driver(node: NodeView) -> dict[str, Any]:
+    require_nvidia(node)
+    driver = node.facts.get("driver")
+    return driver if isinstance(driver, dict) else {}
+
+
+def _records(node: NodeView) -> list[dict[str, Any]]:
+    """The node's GPU records, or stop: skip without NVIDIA, skip with nothing to compare."""
+    gpus = [g for g in node.facts.get("gpus") or [] if isinstance(g, dict)]
+    if not gpus:
+        require_nvidia(node)
+        raise StopCheck(skipped("no GPU records to compare (see gpu_count)"))
+    return gpus
+
+
+# ---------------------------------------------------------------- node checks
+
+
+@CHECKS.node("driver_version", "driver")
+def driver_version(node: NodeView) -> Result:
+    """The NVIDIA driver is loaded and at least the minimum branch (default r570)."""
+    driver = _need_driver(node)
+    minimum = str(_limits(node).min_driver_version)
+    version = driver.get("version")
+    if not driver.get("loaded"):
+        pci = (node.facts.get("pci") or {}).get("nvidia_gpus") or []
+        seen = f"{len(pci)} NVIDIA GPUs on the PCI bus but " if pci else ""
+        return failed(
+            f"{seen}no NVIDIA driver loaded (expected >= {minimum})",
+            Action.FIX_CONFIG,
+            "install the driver (site.yml, role nvidia_driver) and check `dmesg | grep NVRM`",
+        )
+    if not version:
+        return need(driver, "version", "driver version")
+    try:
+        ok = Version(str(version)) >= Version(minimum)
+    except InvalidVersion:
+        return failed(
+            f"driver version {version!r} cannot be compared with {minimum}",
+            Action.INSPECT,
+            "read `nvidia-smi` and /proc/driver/nvidia/version on the node",
+        )
+    if ok:
+        return passed(f"driver {version} >= {minimum}")
+    return failed(
+        f"driver {version} is older than the required {minimum}",
+        Action.FIX_CONFIG,
+        f"upgrade to branch {minimum.split('.')[0]} or newer (nvidia_driver_branch) and reboot",
+    )
+
+
+@CHECKS.node("gpu_count", "inventory")
+def gpu_count(node: NodeView) -> Result:
+    """The node has exactly the number of GPUs the inventory/profile expects."""
+    expected = node.expected_gpus
+    found = len(node.facts.get("gpus") or [])
+    require_nvidia(node)
+    if expected is None:
+        return skipped(f"found {found} GPUs; no expected count (set gpu_count or --expected-gpus)")
+    if found == expected:
+        return passed(f"found {found} GPUs as expected")
+    pci = (node.facts.get("pci") or {}).get("nvidia_gpus")
+    bus = f"; {len(pci)} NVIDIA GPUs on the PCI bus" if pci is not None else ""
+    # All of them on the bus: the driver lost them (reboot); fewer: a GPU is gone (reseat/RMA).
+    action = Action.REBOOT_NODE if pci is not None and len(pci) >= expected else Action.RMA
+    return failed(
+        f"expected {expected} GPUs, found {found}{bus}",
+        action,
+        "check `nvidia-smi -L`, `lspci -d 10de:` and dmesg for Xid 79; reseat or RMA the missing "
+        "GPU; if the bus shows them all, reload the driver or reboot",
+    )
+
+
+@CHECKS.node("gpu_uniformity", "inventory", "normal")
+def gpu_uniformity(node: NodeView) -> Result:
+    """All GPUs of the node are the same model on the same VBIOS family (and profile prefix)."""
+    gpus = _records(node)
+    names = sorted({str(g.get("name") or "unknown") for g in gpus})
+    if len(names) > 1:
+        return failed(
+            f"mixed GPU models on one node: {', '.join(names)}",
+            Action.INSPECT,
+            "fix the bill of materials: one GPU model per node",
+        )
+    vbios = {g.get("index"): g.get("vbios_version") for g in gpus}
+    if any(not isinstance(v, str) for v in vbios.values()):
+        return skipped("VBIOS version not reported")
+    families = sorted({".".join(str(v).split(".")[:2]) for v in vbios.values()})
+    prefix = _limits(node).vbios_prefix
+    if len(families) > 1:
+        detail = ", ".join(f"gpu{i} {v}" for i, v in sorted(vbios.items(), key=_by_index))
+        return failed(
+            f"VBIOS families differ: {detail}",
+            Action.FIX_CONFIG,
+            "flash all GPUs to the same VBIOS release",
+        )
+    if prefix:
+        wrong = [
+            f"gpu{i} {v}"
+            for i, v in sorted(vbios.items(), key=_by_index)
+            if not str(v).startswith(prefix)
+        ]
+        if wrong:
+            return failed(
+                f"VBIOS not of family {prefix}: {', '.join(wrong)}",
+                Action.FIX_CONFIG,
+                "flash the expected VBIOS",
+            )
+    return passed(f"{len(gpus)}x {names[0]}, VBIOS family {families[0]}")
+
+
+def _by_index(item: tuple[Any, Any]) -> int:
+    return item[0] if isinstance(item[0], int) else -1
+
+
+@CHECKS.node("persistence_mode", "driver", "normal")
+def persistence_mode(node: NodeView) -> Result:
+    """Persistence mode is on for every GPU (nvidia-persistenced running)."""
+    gpus = _records(node)
+    states = {g.get("index"): need(g, "persistence_mode", "persistence mode") for g in gpus}
+    off = [f"gpu{i}" for i, on in sorted(states.items(), key=_by_index) if not on]
+    if not off:
+        return passed(f"persistence mode on for all {len(gpus)} GPUs")
+    if not _limits(node).require_persistence_mode:
+        return skipped(f"persistence mode off ({', '.join(off)}) and not required")
+    return failed(
+        f"persistence mode off on {', '.join(off)}",
+        Action.FIX_CONFIG,
+        "enable and start nvidia-persistenced (role nvidia_driver)",
+    )
+
+
+# ---------------------------------------------------------------- GPU checks
+
+# NVML recovery action -> (action code, advice). Unknown values drain: the driver wants something.
+_RECOVERY = {
+    1: (Action.RESET_GPU, "drain the node's jobs, then reset the GPU (nvidia-smi -r -i INDEX)"),
+    2: (Action.REBOOT_NODE, "drain and reboot the node"),
+    3: (
+        Action.DRAIN,
+        "drain peer-to-peer traffic (stop multi-GPU jobs), then reset the GPU",
+    ),
+    4: (Action.RESET_GPU, "drain the node, then reset the GPU; RMA if it recurs"),
+}
+
+
+@CHECKS.gpu("recovery_action", "errors")
+def recovery_action(node: NodeView, gpu: dict[str, Any]) -> Result:
+    """NVML's GPU recovery action is NONE; anything else asks for a reset, reboot or drain."""
+    value = need(
+        gpu, "recovery_action", "GPU recovery action", _limits(node).require_recovery_action
+    )
+    if value == 0:
+        return passed("recovery action NONE")
+    name = recovery_action_name(value)
+    action, advice = _RECOVERY.get(
+        value, (Action.DRAIN, "drain the node and ask NVIDIA support what it means")
+    )
+    return failed(f"GPU recovery action is {name} ({value}), expected NONE", action, advice)
+
+
+@CHECKS.gpu("ecc_errors", "memory")
+def ecc_errors(node: NodeView, gpu: dict[str, Any]) -> Result:
+    """Volatile/aggregate uncorrectable ECC within limits (default 0), corrected below limits."""
+    lim = _limits(node)
+    ecc = need(gpu, "ecc", "ECC counters", lim.require_ecc)
+    limits = {
+        ("volatile", "uncorrected"): lim.max_ecc_uncorrected_volatile,
+        ("volatile", "corrected"): lim.max_ecc_corrected_volatile,
+        ("aggregate", "uncorrected"): lim.max_ecc_uncorrected_aggregate,
+        ("aggregate", "corrected"): lim.max_ecc_corrected_aggregate,
+    }
+    problems = []
+    uncorrected = False
+    for (scope, kind), limit in limits.items():
+        if limit is None:
+            continue
+        value = (ecc.get(scope) or {}).get(kind)
+        if value is None:
+            problems.append(f"{scope} {kind} count not reported")
+        elif value > limit:
+            problems.append(f"{scope} {kind} ECC errors {value} > {limit}")
+            uncorrected = uncorrected or kind == "uncorrected"
+    if uncorrected:
+        return failed(
+            "; ".join(problems),
+            Action.RESET_GPU,
+            "drain the node and reset the GPU; if uncorrectable errors recur or rows cannot be "
+            "remapped, RMA the GPU",
+        )
+    if problems:
+        return failed("; ".join(problems), Action.INSPECT, "watch the trend; RMA if it grows")
+    vol = ecc.get("volatile") or {}
+    return passed(
+        f"ECC ok (volatile uncorrected {vol.get('uncorrected')}, corrected {vol.get('corrected')})"
+    )
+
+
+@CHECKS.gpu("retired_pages", "memory")
+def retired_pages(node: NodeView, gpu: dict[str, Any]) -> Result:
+    """No page retirement pending, and retired pages below the RMA limit (pre-Ampere GPUs)."""
+    pages = need(gpu, "retired_pages", "page retirement (GPUs before Ampere)")
+    pending = pages.get("pending")
+    total = (pages.get("single_bit") or 0) + (pages.get("double_bit") or 0)
+    if pending:
+        return failed(
+            f"page retirement pending ({total} pages retired)",
+            Action.RESET_GPU,
+            "drain and reset the GPU (or reboot) so the pages are retired",
+        )
+    if pending is None:
+        return failed("retired-pages pending state not reported", Action.RERUN)
+    limit = _limits(node).max_retired_pages
+    if total > limit:
+        return failed(f"{total} retired pages > {limit}", Action.RMA, "RMA the GPU")
+    return passed(f"{total} retired pages, none pending")
+
+
+@CHECKS.gpu("row_remapping", "memory")
+def row_remapping(node: NodeView, gpu: dict[str, Any]) -> Result:
+    """No row remapping pending and no remapping failure (Ampere and later)."""
+    rows = need(gpu, "remapped_rows", "row remapping (Ampere and later)")
+    if rows.get("failure"):
+        return failed(
+            f"row remapping failure occurred (uncorrectable rows {rows.get('uncorrectable')})",
+            Action.RMA,
+            "drain the node and RMA the GPU",
+        )
+    if rows.get("pending"):
+        return failed(
+            f"row remapping pending (uncorrectable rows {rows.get('uncorrectable')})",
+            Action.RESET_GPU,
+            "drain the node and reset the GPU to apply the remap",
+        )
+    if rows.get("pending") is None or rows.get("failure") is None:
+        return failed("row remapping state not reported", Action.RERUN)
+    return passed(
+        f"no remap pending ({rows.get('correctable')} correctable, "
+        f"{rows.get('uncorrectable')} uncorrectable rows remapped)"
+    )
+
+
+_COOLING = "check fans, airflow and inlet temperature; reseat the heatsink if only this GPU"
+
+
+@CHECKS.gpu("temperature", "thermal")
+def temperature(node: NodeView, gpu: dict[str, Any]) -> Result:
+    """Temperature below the profile's limits and clear of the GPU's own slowdown point."""
+    lim = _limits(node)
+    temp = need(gpu, "temperature_c", "GPU temperature")
+    warn_c, fail_c, margin_needed = lim.temp_warn_c, lim.temp_fail_c, lim.min_slowdown_margin_c
+    slowdown = gpu.get("temp_slowdown_c")
+    if temp >= fail_c:
+        return failed(f"temperature {temp} C >= limit {fail_c} C", Action.INSPECT, _COOLING)
+    if slowdown is not None and slowdown - temp < margin_needed:
+        return failed(
+            f"temperature {temp} C is {slowdown - temp} C from the GPU's slowdown point "
+            f"{slowdown} C (need >= {margin_needed} C)",
+            Action.INSPECT,
+            _COOLING,
+        )
+    if temp >= warn_c:
+        return warned(f"temperature {temp} C >= warning level {warn_c} C", Action.INSPECT, _COOLING)
+    where = f", slowdown at {slowdown} C" if slowdown is not None else ""
+    return passed(f"temperature {temp} C (limit {fail_c} C{where})")
+
+
+_HARD_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+_SOFT_REASONS = ("sw_power_cap", "sw_thermal_slowdown")
+
+
+@CHECKS.gpu("throttle", "thermal")
+def throttle(node: NodeView, gpu: dict[str, Any]) -> Result:
+    """No hardware slowdown, thermal slowdown or power brake active (SW power cap warns)."""
+    reasons = need(gpu, "clock_event_reasons", "clock event (throttle) reasons")
+    active = reasons.get("active") or []
+    hard = [r for r in _HARD_REASONS if r in active]
+    if hard:
+        return failed(
+            f"clock event reasons active: {', '.join(hard)}",
+            Action.INSPECT,
+            "hardware slowdown: check PSU/power brake signals and cooling; if it persists after "
+            "a reboot, have the baseboard inspected",
+        )
+    soft = [r for r in _SOFT_REASONS if r in active]
+    if soft:
+        return warned(
+            f"clocks reduced by {', '.join(soft)}", Action.INSPECT, "check power caps and cooling"
+        )
+    return passed(f"no slowdown active ({', '.join(active) or 'none'})")
+
+
+@CHECKS.gpu("power", "power", "normal")
+def power(node: NodeView, gpu: dict[str, Any]) -> Result:
+    """Power draw within the enforced limit, and the limit not capped below the SKU's."""
+    lim = _limits(node)
+    limit = need(gpu, "power_limit_w", "enforced power limit")
+    draw = need(gpu, "power_draw_w", "power draw")
+    over = lim.max_power_over_limit_pct
+    if draw > limit * (1 + over / 100):
+        return failed(
+            f"power draw {draw:.0f} W above the enforced limit {limit:.0f} W (+{over}%)",
+            Action.INSPECT,
+            "check the power sensor and PSU; reset the GPU",
+        )
+    minimum = lim.min_power_limit_w
+    if minimum is not None and limit < minimum:
+        return failed(
+            f"enforced power limit {limit:.0f} W below the SKU's {minimum:.0f} W",
+            Action.FIX_CONFIG,
+            "remove the power cap (nvidia-smi -pl) or check the baseboard power configuration",
+        )
+    return passed(f"power draw {draw:.0f} W of {limit:.0f} W")
+
+
+_RESEAT = "reseat the GPU/riser and check the slot's BIOS settings"
+
+
+@CHECKS.gpu("pcie_link", "pcie")
+def pcie_link(node: NodeView, gpu: dict[str, Any]) -> Result:
+    """PCIe link at the expected generation and width (down-training is reported)."""
+    lim = _limits(node)
+    link = need(gpu, "pcie", "PCIe link state")
+    want_gen, want_width = lim.pcie_gen_expected, lim.pcie_width_expected
+    gen, gen_max = link.get("gen_current"), link.get("gen_max")
+    width, width_max = link.get("width_current"), link.get("width_max")
+    if want_width is not None:
+        if width is None:
+            return failed("PCIe link width not reported", Action.RERUN)
+        if width < want_width:
+            return failed(
+                f"PCIe link x{width}, expected x{want_width} (max x{width_max})",
+                Action.INSPECT,
+                _RESEAT,
+            )
+    if want_gen is not None:
+        if gen_max is None:
+            return failed("PCIe link generation not reported", Action.RERUN)
+        if gen_max < want_gen:
+            return failed(
+                f"PCIe link capable of gen{gen_max}, expected gen{want_gen}",
+                Action.INSPECT,
+                _RESEAT,
+            )
+    if gen is not None and gen_max is not None and gen < gen_max:
+        idle = "gpu_idle" in ((gpu.get("clock_event_reasons") or {}).get("active") or [])
+        if not idle:
+            return warned(
+                f"PCIe link down-trained to gen{gen} of gen{gen_max} while busy",
+                Action.INSPECT,
+                _RESEAT,
+            )
+        return passed(f"PCIe gen{gen} (idle; gen{gen_max} capable) x{width}")
+    if want_gen is None and want_width is None and width is not None and width_max is not None:
+        if width < width_max:
+            return warned(f"PCIe link x{width} of x{width_max}", Action.INSPECT, _RESEAT)
+    return passed(f"PCIe gen{gen} x{width}")
+
+
+@CHECKS.gpu("nvlink", "nvlink")
+def nvlink(node: NodeView, gpu: dict[str, Any]) -> Result:
+    """The expected NVLink links are all up."""
+    expected = _limits(node).nvlink_links_expected
+    if expected == 0:
+        return skipped(f"profile {node.limits.name} expects no NVLink")
+    links = need(gpu, "nvlink", "NVLink state", required=bool(expected))
+    up = [link.get("link") for link in links if link.get("up")]
+    down = [link.get("link") for link in links if not link.get("up")]
+    want = expected if expected is not None else len(links)
+    if down or len(up) < want:
+        detail = f"links down: {', '.join(map(str, down))}" if down else "links missing"
+        return failed(
+            f"{len(up)} of {want} NVLink links up ({detail})",
+            Action.RESET_GPU,
+            "check `nvidia-smi nvlink -s` and fabric manager; reset the GPU, then reboot; "
+            "RMA the baseboard if links stay down",
+        )
+    return passed(f"{len(up)} NVLink links up")
+
+
+@CHECKS.gpu("idle_processes", "processes", "normal")
+def idle_processes(node: NodeView, gpu: dict[str, Any]) -> Result:
+    """No stray compute processes and little GPU memory in use on an idle node.
+
+    Where the probe waited for memory to be reclaimed, the processes still there after the
+    wait are judged, and the memory itself is memory_reclaim's verdict (one fault, one failure).
+    """
+    lim = _limits(node)
+    if not lim.expect_idle:
+        return skipped("node is not expected to be idle (expect_idle: false)")
+    reclaim = node.facts.get("memory_reclaim") or {}
+    polled = [] if reclaim.get("skipped") else reclaim.get("gpus") or []
+    waited = next(
+        (r for r in polled if r.get("index") == gpu["index"] and r.get("processes") is not None),
+        None,
+    )
+    procs = waited["processes"] if waited else need(gpu, "processes", "compute process list")
+    kill = "find the owner (ps -p PID) and stop it before handing the node to a job"
+    if procs:
+        listed = ", ".join(
+            f"pid {p.get('pid')} ({p.get('name') or '?'}, {p.get('used_memory_mib')} MiB)"
+            for p in procs
+        )
+        return failed(f"stray compute processes: {listed}", Action.CHECK_APP, kill)
+    if waited:
+        return passed("idle: no compute process (memory: see memory_reclaim)")
+    used = need(gpu, "memory_used_mib", "GPU memory in use")
+    tolerance = lim.max_idle_memory_used_mib
+    if used > tolerance:
+        return failed(
+            f"{used} MiB GPU memory in use on an idle GPU (tolerance {tolerance} MiB)",
+            Action.CHECK_APP,
+            kill,
+        )
+    return passed(f"idle: no compute process, {used} MiB in use")

@@ -1,0 +1,256 @@
+"""`nvidia-smi -q` (plain text) -> facts fragment.
+
+Saved evidence is often the text output rather than XML (support bundles, GPUd test data),
+so triage reads it too. The layout is "Key : Value" lines nested by indentation under
+"GPU 00000000:19:00.0" headers. Lines are split at the first " : " (values contain colons),
+and a line indented deeper than its predecessor is its child, which also absorbs output whose
+columns are misaligned. Output cut off before all attached GPUs is reported, not rejected.
+
+Stdlib only: shipped to GPU nodes inside the probe.
+"""
+
+import re
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from gpuhealth.families.gpu.parse_smi import (
+    PROBE_TEXT,
+    RawGpu,
+    Section,
+    Unavailable,
+    attached_count,
+    build_driver,
+    build_gpu,
+    count_errors,
+    norm,
+)
+from gpuhealth.parsing import ParseError
+
+_KEY_VALUE = re.compile(r"^(?P<key>\S.*?)\s+:(?:\s+(?P<value>.*?))?\s*$")
+_GPU_HEADER = re.compile(
+    r"^GPU\s+(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])$"
+)
+_BANNER = re.compile(r"^=+\s*NVSMI LOG\s*=+$")
+
+# Canonical field -> label paths below "GPU ..." (compared normalised), first present wins.
+_FIELDS: Dict[str, Tuple[str, ...]] = {
+    "name": ("Product Name",),
+    "uuid": ("GPU UUID",),
+    "serial": ("Serial Number",),
+    "pci_bus_id": ("PCI/Bus Id",),
+    "pci_device_id": ("PCI/Device Id",),
+    "architecture": ("Product Architecture",),
+    "vbios_version": ("VBIOS Version",),
+    "persistence_mode": ("Persistence Mode",),
+    "memory_total": ("FB Memory Usage/Total",),
+    "memory_used": ("FB Memory Usage/Used",),
+    "temperature": ("Temperature/GPU Current Temp",),
+    "tlimit_margin": ("Temperature/GPU T.Limit Temp",),
+    "shutdown_abs": ("Temperature/GPU Shutdown Temp",),
+    "slowdown_abs": ("Temperature/GPU Slowdown Temp",),
+    "max_operating_abs": ("Temperature/GPU Max Operating Temp",),
+    "shutdown_offset": ("Temperature/GPU Shutdown T.Limit Temp",),
+    "slowdown_offset": ("Temperature/GPU Slowdown T.Limit Temp",),
+    "max_operating_offset": ("Temperature/GPU Max Operating T.Limit Temp",),
+    "ecc_mode": ("ECC Mode/Current",),
+    "power_draw": ("GPU Power Readings/Power Draw", "Power Readings/Power Draw"),
+    "power_draw_average": (
+        "GPU Power Readings/Average Power Draw",
+        "Power Readings/Average Power Draw",
+    ),
+    "power_draw_instant": (
+        "GPU Power Readings/Instantaneous Power Draw",
+        "GPU Power Readings/Instant Power Draw",
+        "Power Readings/Instantaneous Power Draw",
+    ),
+    "power_limit": (
+        "GPU Power Readings/Current Power Limit",
+        "Power Readings/Current Power Limit",
+        "Power Readings/Enforced Power Limit",
+        "Power Readings/Power Limit",
+    ),
+    "pcie_gen_current": ("PCI/GPU Link Info/PCIe Generation/Current",),
+    "pcie_gen_max": ("PCI/GPU Link Info/PCIe Generation/Max",),
+    "pcie_width_current": ("PCI/GPU Link Info/Link Width/Current",),
+    "pcie_width_max": ("PCI/GPU Link Info/Link Width/Max",),
+    "replay_count": ("PCI/Replays Since Reset",),
+    "recovery_action": ("GPU Recovery Action",),
+}
+_NORM_FIELDS = {
+    name: tuple("/".join(norm(p) for p in path.split("/")) for path in paths)
+    for name, paths in _FIELDS.items()
+}
+
+
+class _Node:
+    """One line of the output and the lines indented below it."""
+
+    def __init__(self, key: str, value: Optional[str], line: int, indent: int) -> None:
+        self.key = key
+        self.value = value
+        self.line = line
+        self.indent = indent
+        self.children: List[_Node] = []
+
+    def child(self, *labels: str) -> "Optional[_Node]":
+        wanted = {norm(label) for label in labels}
+        return next((c for c in self.children if norm(c.key) in wanted), None)
+
+
+def _tree(text: str) -> Tuple[_Node, Optional[int]]:
+    """Indentation tree of the output, and the number of the first line that is neither
+    blank, the banner, nor part of the structure (for the "not nvidia-smi" error)."""
+    root = _Node("", None, 0, -1)
+    stack = [root]
+    first_line: Optional[int] = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.expandtabs(4).rstrip()
+        content = line.strip()
+        if not content or _BANNER.match(content):
+            continue
+        if first_line is None:
+            first_line = number
+        indent = len(line) - len(line.lstrip(" "))
+        match = _KEY_VALUE.match(content)
+        if match:
+            node = _Node(match.group("key"), match.group("value") or "", number, indent)
+        else:
+            node = _Node(content, None, number, indent)
+        while stack[-1].indent >= indent:
+            stack.pop()
+        stack[-1].children.append(node)
+        stack.append(node)
+    return root, first_line
+
+
+def _leaves(node: _Node, prefix: str = "") -> Dict[str, str]:
+    """{"volatile/sram correctable": value} below node (labels as printed, "/"-joined)."""
+    out: Dict[str, str] = {}
+    for child in node.children:
+        path = f"{prefix}{child.key}"
+        if child.value is not None:
+            out.setdefault(path, child.value)
+        for key, value in _leaves(child, f"{path}/").items():
+            out.setdefault(key, value)
+    return out
+
+
+def _section(gpu: _Node, *labels: str) -> Optional[Section]:
+    node = gpu.child(*labels)
+    if node is None:
+        return None
+    if not node.children:
+        return node.value or ""
+    return _leaves(node)
+
+
+def _descendants(node: _Node) -> List[Tuple[str, str]]:
+    out = []
+    for child in node.children:
+        if child.value is not None:
+            out.append((child.key, child.value))
+        out.extend(_descendants(child))
+    return out
+
+
+def _clock_reasons(gpu: _Node) -> Optional[Union[List[Tuple[str, str]], str]]:
+    node = gpu.child("Clocks Event Reasons", "Clocks Throttle Reasons")
+    if node is None:
+        return None
+    if not node.children:
+        return node.value or ""
+    return _descendants(node)
+
+
+def _processes(gpu: _Node) -> Optional[Union[List[Dict[str, str]], str]]:
+    node = gpu.child("Processes")
+    if node is None:
+        return None
+    if not node.children:
+        return node.value or ""
+    procs = []
+    for child in node.children:
+        if norm(child.key) != "processid":
+            continue  # "GPU instance ID" / "Compute instance ID" belong to MIG
+        proc = {"pid": child.value or ""}
+        for label, key in (("Type", "type"), ("Name", "name"), ("Used GPU Memory", "used_memory")):
+            sub = child.child(label)
+            if sub is not None and sub.value is not None:
+                proc[key] = sub.value
+        procs.append(proc)
+    return procs
+
+
+def _raw_gpu(gpu: _Node, bus_id: str) -> RawGpu:
+    leaves = {
+        "/".join(norm(p) for p in path.split("/")): value for path, value in _leaves(gpu).items()
+    }
+    fields: Dict[str, str] = {}
+    for name, paths in _NORM_FIELDS.items():
+        for path in paths:
+            if path in leaves:
+                fields[name] = leaves[path]
+                break
+    fields.setdefault("pci_bus_id", bus_id)
+    return RawGpu(
+        fields=fields,
+        ecc=_section(gpu, "ECC Errors"),
+        retired_pages=_section(gpu, "Retired Pages"),
+        remapped_rows=_section(gpu, "Remapped Rows"),
+        clock_reasons=_clock_reasons(gpu),
+        processes=_processes(gpu),
+    )
+
+
+def parse(text: str) -> Dict[str, Any]:
+    """Facts fragment (driver, gpu_count, gpus, errors) from `nvidia-smi -q` text.
+
+    Raises ParseError, naming the line, when the text is not nvidia-smi -q output at all.
+    A document with fewer GPU sections than "Attached GPUs" is returned with an `errors`
+    entry, and what its last GPU section lacks is kind `error`, not `absent`.
+    """
+    if not text.strip():
+        raise ParseError("line 1: empty input, expected nvidia-smi -q output")
+    root, first_line = _tree(text)
+    header = {norm(n.key): n for n in root.children if n.value is not None}
+    blocks = []
+    for child in root.children:
+        match = _GPU_HEADER.match(child.key) if child.value is None else None
+        if match:
+            blocks.append((child, match.group("bus")))
+    if "driverversion" not in header and not blocks:
+        lines = text.splitlines()
+        number = first_line or 1
+        shown = lines[number - 1].strip()[:60] if number <= len(lines) else ""
+        raise ParseError(
+            f"line {number}: {shown!r} is not nvidia-smi -q output "
+            "(no 'Driver Version' line and no 'GPU <bus id>' section)"
+        )
+
+    def top(label: str) -> Optional[str]:
+        node = header.get(norm(label))
+        return None if node is None else node.value
+
+    driver_version = top("Driver Version")
+    gpu_count = attached_count(top("Attached GPUs"))
+    errors = count_errors(PROBE_TEXT, gpu_count, len(blocks))
+    truncated = gpu_count is not None and len(blocks) < gpu_count
+    absent = Unavailable("absent", "not in nvidia-smi -q output")
+    cut = Unavailable(
+        "error",
+        f"nvidia-smi -q output truncated (attached {gpu_count}, "
+        f"parsed {len(blocks)}) before this field",
+    )
+    gpus = []
+    for index, (node, bus_id) in enumerate(blocks):
+        missing = cut if truncated and index == len(blocks) - 1 else absent
+        gpu, notes = build_gpu(
+            index, _raw_gpu(node, bus_id), driver_version=driver_version, missing=missing
+        )
+        gpus.append(gpu)
+        errors.extend({"probe": PROBE_TEXT, "error": f"GPU {index}: {note}"} for note in notes)
+    return {
+        "driver": build_driver(driver_version, top("CUDA Version")),
+        "gpu_count": gpu_count,
+        "gpus": gpus,
+        "errors": errors,
+    }

@@ -1,0 +1,83 @@
+"""The GPU part of the facts document: the GPU and driver records every source fills.
+
+NVML, `nvidia-smi -q -x`, `nvidia-smi -q` and /proc all start from these records, so a field a
+source forgot is visibly null rather than missing. Node side: Python 3.6, standard library.
+"""
+
+from typing import Any, Dict
+
+# NVML clocks event reason bits -> facts names (nvmlClocksEventReason*).
+CLOCK_REASON_BITS = {
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clock_setting": 0x100,
+}
+
+# NVML_GPU_RECOVERY_ACTION_* values; compare integers, the names of 5+ changed between releases.
+RECOVERY_ACTIONS = {
+    0: "NONE",
+    1: "GPU_RESET",
+    2: "NODE_REBOOT",
+    3: "DRAIN_P2P",
+    4: "DRAIN_AND_RESET",
+}
+
+GPU_KEYS = (
+    "index",
+    "name",
+    "uuid",
+    "serial",
+    "pci_bus_id",
+    "pci_device_id",
+    "architecture",
+    "vbios_version",
+    "persistence_mode",
+    "memory_total_mib",
+    "memory_used_mib",
+    "temperature_c",
+    "temp_tlimit_margin_c",
+    "temp_slowdown_c",
+    "temp_shutdown_c",
+    "temp_max_operating_c",
+    "ecc_mode",
+    "ecc",
+    "retired_pages",
+    "remapped_rows",
+    "clock_event_reasons",
+    "power_draw_w",
+    "power_limit_w",
+    "pcie",
+    "nvlink",
+    "recovery_action",
+    "processes",
+)
+
+
+def new_gpu(index: int) -> Dict[str, Any]:
+    """A GPU record with every key present and null, so a forgotten field is visible."""
+    gpu: Dict[str, Any] = dict.fromkeys(GPU_KEYS)
+    gpu["index"] = index
+    gpu["unavailable"] = {}
+    return gpu
+
+
+def new_driver(loaded: Any) -> Dict[str, Any]:
+    """The driver record (`loaded`: True, False, or None when a saved log does not say)."""
+    return {
+        "loaded": loaded,
+        "version": None,
+        "cuda_driver_version": None,
+        "nvml_version": None,
+        "unavailable": {},
+    }
+
+
+def recovery_action_name(value: int) -> str:
+    """Name a recovery action integer, including ones newer than this table."""
+    return RECOVERY_ACTIONS.get(value, f"UNKNOWN({value})")

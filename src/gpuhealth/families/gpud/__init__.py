@@ -1,0 +1,1 @@
+"""GPUd family: the health GPUd reports for what it watches, and its recent events."""

@@ -1,0 +1,1 @@
+"""Kernel-log family: XIDs per GPU, NVSwitch SXIDs, peermem errors, fabric manager log."""

@@ -1,0 +1,340 @@
+"""Kernel-log checks: XIDs per GPU, what the log says about the node, fabric manager errors.
+
+The probe (or a saved log) gives event groups with exact counts; these checks keep the groups
+inside the profile's `xid_window_h` and judge them by the XID table below. The window ends
+where the log was read (live) or at the log's newest entry (triage, which has no "now").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuhealth.checks import CheckSet, NodeView, StopCheck, detail, need, require_nvidia, section
+from gpuhealth.families.kernel.limits import KernelLimits
+from gpuhealth.families.kernel.parse_kernel_log import epoch, stamp
+from gpuhealth.results import Action, Result, Status, failed, passed, skipped
+
+CHECKS = CheckSet("kernel")
+FAIL, WARN = Status.FAIL, Status.WARN
+
+# XID -> (verdict, meaning, action code, advice). Sources: NVIDIA's XID catalog, "Resolution
+# Bucket" columns (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, mirrored in
+# leptonai/gpud components/accelerator/nvidia/xid/catalog_generated.go); NVIDIA's GPU memory
+# error management guide (row remapping: 63 pending until reset, 64 failure, 94 contained,
+# 95 uncontained); GPUd's curated table (components/accelerator/nvidia/xid/xid.go: 48, 63, 64,
+# 74, 79, 95, 119 ask for a reboot and hardware inspection if they recur; 13, 31, 43, 45 are
+# the application's); ../shared/reference/nvml-and-tools.md section 8. Hardware and driver
+# XIDs fail; application XIDs and XIDs not listed here warn.
+_RESET = "drain the node and reset the GPU (nvidia-smi -r -i INDEX) or reboot"
+_APP = (
+    "check the user application (compute-sanitizer, cuda-gdb); if other jobs hit it too, reset "
+    "the GPU"
+)
+_NVLINK = (
+    "drain and reboot; if it recurs, check `nvidia-smi nvlink -e` and the NVSwitch/fabric manager "
+    "logs and have the NVLink path (baseboard) inspected"
+)
+Rule = tuple[Status, str, Action, str]
+XID_TABLE: dict[int, Rule] = {
+    13: (WARN, "graphics engine exception", Action.CHECK_APP, _APP),
+    31: (WARN, "GPU memory page fault", Action.CHECK_APP, _APP),
+    43: (WARN, "GPU stopped processing, channel reset", Action.CHECK_APP, _APP),
+    45: (
+        WARN,
+        "preemptive cleanup after earlier errors",
+        Action.CHECK_APP,
+        "look for the XID that preceded it",
+    ),
+    46: (FAIL, "GPU stopped processing", Action.RESET_GPU, _RESET),
+    48: (
+        FAIL,
+        "double-bit ECC error, DBE",
+        Action.RESET_GPU,
+        "drain the node and reset the GPU (or reboot); RMA the GPU if DBEs recur",
+    ),
+    54: (
+        FAIL,
+        "auxiliary power not connected",
+        Action.INSPECT,
+        "check the GPU's power cables and reseat them",
+    ),
+    61: (FAIL, "internal micro-controller breakpoint", Action.RESET_GPU, _RESET),
+    62: (FAIL, "internal micro-controller halt", Action.RESET_GPU, _RESET),
+    63: (
+        FAIL,
+        "row remap / page retirement recorded, pending reset",
+        Action.RESET_GPU,
+        "drain the node and reset the GPU (or reboot) to apply the remap",
+    ),
+    64: (FAIL, "row remap / page retirement failed", Action.RMA, "drain the node and RMA the GPU"),
+    74: (FAIL, "NVLink error", Action.REBOOT_NODE, _NVLINK),
+    79: (
+        FAIL,
+        "GPU has fallen off the bus",
+        Action.REBOOT_NODE,
+        "drain and power-cycle the node; reseat the GPU and check its power; RMA if it recurs",
+    ),
+    92: (
+        WARN,
+        "high single-bit ECC error rate",
+        Action.INSPECT,
+        "watch the ECC trend; RMA if it keeps rising",
+    ),
+    94: (
+        FAIL,
+        "contained ECC error",
+        Action.RESET_GPU,
+        "restart the affected job, then drain the node and reset the GPU to remap the row",
+    ),
+    95: (
+        FAIL,
+        "uncontained ECC error",
+        Action.REBOOT_NODE,
+        "drain and reboot the node (reset the GPU if MIG is on); RMA if it recurs",
+    ),
+    109: (FAIL, "context switch timeout", Action.RESET_GPU, _RESET),
+    110: (FAIL, "security fault", Action.RESET_GPU, _RESET),
+    119: (
+        FAIL,
+        "GSP RPC timeout",
+        Action.RESET_GPU,
+        "drain the node and reset the GPU or reboot; if it recurs, update the driver",
+    ),
+    120: (
+        FAIL,
+        "GSP error",
+        Action.RESET_GPU,
+        "drain the node and reset the GPU or reboot; if it recurs, update the driver",
+    ),
+    136: (FAIL, "NVLink link training failed", Action.REBOOT_NODE, _NVLINK),
+    140: (FAIL, "unrecovered ECC error", Action.RESET_GPU, _RESET + "; RMA if it recurs"),
+    143: (FAIL, "GPU initialization error", Action.RESET_GPU, _RESET),
+    **{code: (FAIL, "NVLink5 error", Action.REBOOT_NODE, _NVLINK) for code in range(144, 151)},
+    154: (
+        FAIL,
+        "GPU recovery action changed",
+        Action.RESET_GPU,
+        "do what NVML's recovery action says (see the recovery_action check)",
+    ),
+    155: (FAIL, "NVLink software-defined error", Action.RESET_GPU, _RESET),
+    156: (FAIL, "resource retirement event", Action.RESET_GPU, _RESET),
+    158: (FAIL, "GPU fatal timeout", Action.RESET_GPU, _RESET),
+}
+_UNKNOWN_XID: Rule = (
+    WARN,
+    "not in gpuhealth's XID table",
+    Action.INSPECT,
+    "look it up in NVIDIA's XID catalog",
+)
+_READ_ACTION = (
+    "run the probe as root, or allow dmesg for its user (sysctl kernel.dmesg_restrict=0, or "
+    "membership of the systemd-journal group)"
+)
+
+
+def _need_log(record: dict[str, Any], what: str) -> list[dict[str, Any]]:
+    counts = record.get("counts")
+    if counts is not None:
+        return counts
+    raise StopCheck(
+        failed(
+            f"could not read {what} ({detail(record, 'counts')})", Action.FIX_CONFIG, _READ_ACTION
+        )
+    )
+
+
+class _Window:
+    """The profile's window over one log section, anchored where the section says."""
+
+    def __init__(self, node: NodeView, log: dict[str, Any]) -> None:
+        self.hours = node.limits.get(KernelLimits).xid_window_h
+        self.log = log
+        until, until_uptime = log.get("until"), log.get("until_uptime_s")
+        span = self.hours * 3600
+        self.since = epoch(until) - span if self.hours and until else None
+        self.since_uptime = until_uptime - span if self.hours and until_uptime is not None else None
+
+    def holds(self, when: str | None, uptime: float | None) -> bool:
+        if when is not None and self.since is not None:
+            return epoch(when) >= self.since
+        if uptime is not None and self.since_uptime is not None:
+            return uptime >= self.since_uptime
+        return True  # a time the window cannot place: keep it rather than hide it
+
+    def groups(self, kinds: tuple[str, ...]) -> list[dict[str, Any]]:
+        """Event groups of these kinds inside the window (counts cut at the window's start)."""
+        kept = []
+        for group in self.log["counts"]:
+            if group["kind"] not in kinds or not self.holds(group["last"], group["last_uptime_s"]):
+                continue
+            if self.holds(group["first"], group["first_uptime_s"]):
+                kept.append(group)
+                continue
+            key = (group["kind"], group["bus_id"], group["code"])
+            members = [
+                e
+                for e in self.log["events"] or []
+                if (e["kind"], e.get("bus_id"), e.get("code")) == key
+            ]
+            inside = [e for e in members if self.holds(e["time"], e["uptime_s"])]
+            # The sample keeps each group's last events, but the 1000-event cap may cut them.
+            first = inside[0] if inside else {"time": group["last"], "text": group["sample"]}
+            kept.append(
+                {
+                    **group,
+                    "count": max(len(inside), 1),
+                    "at_least": len(members) < group["count"],
+                    "first": first["time"],
+                    "first_uptime_s": first.get("uptime_s", group["last_uptime_s"]),
+                    "sample": first["text"],
+                }
+            )
+        return kept
+
+    def words(self) -> str:
+        """Where the window lies, for messages; triage says it was anchored at the log's end."""
+        log = self.log
+        if log.get("anchored_at") == "newest_entry":
+            end = log.get("until") or f"{log.get('until_uptime_s')} s after boot"
+            if not self.hours:
+                return f"in the whole log (newest entry {end})"
+            return (
+                f"within {self.hours:g} h before the log's newest entry {end} "
+                "(a saved log has no 'now', so the window ends there)"
+            )
+        if not self.hours:
+            return f"since boot (read {log.get('until')} from {log.get('source')})"
+        since = log.get("since")
+        if self.since is not None and (since is None or epoch(since) < self.since):
+            since = stamp(self.since)
+        return f"since {since} ({self.hours:g} h window, this boot; from {log.get('source')})"
+
+
+def _xid_rule(code: int) -> Rule:
+    return XID_TABLE.get(code, _UNKNOWN_XID)
+
+
+def _when(group: dict[str, Any], which: str) -> str:
+    value = group[which]
+    if value is not None:
+        return value
+    uptime = group[f"{which}_uptime_s"]
+    return f"{uptime:.0f} s after boot" if uptime is not None else "time unknown"
+
+
+def _describe(group: dict[str, Any], label: str) -> str:
+    """`Xid 48 (double-bit ECC error) x1 [time]: "text"`, with processes when known."""
+    count = f"{'>=' if group.get('at_least') else ''}{group['count']}"
+    first, last = _when(group, "first"), _when(group, "last")
+    span = first if first == last else f"{first} .. {last}"
+    procs = f", processes {', '.join(group['processes'])}" if group.get("processes") else ""
+    sample = group["sample"] if len(group["sample"]) <= 100 else group["sample"][:97] + "..."
+    return f'{label} x{count} [{span}]{procs}: "{sample}"'
+
+
+Found = tuple[Status, str, Action, str]  # (status, what was seen, action code, advice)
+
+
+def _judge(found: list[Found], window: _Window, clean: str) -> Result:
+    """One Result from the findings: the worst status, its most drastic action, its advice,
+    and every text. The message starts with the window, so a saved log's finding says where
+    its window ends."""
+    if not found:
+        return passed(f"{clean} {window.words()}")
+    worst = FAIL if any(status == FAIL for status, _, _, _ in found) else WARN
+    found.sort(key=lambda item: item[0] != FAIL)
+    advice: list[str] = []
+    for status, _, _, words in found:
+        if status == worst and words not in advice:
+            advice.append(words)
+    action = min((a for st, _, a, _ in found if st == worst), key=lambda a: a.rank)
+    texts = "; ".join(text for _, text, _, _ in found)
+    return Result(worst, f"{window.words()}: {texts}", action, "; ".join(advice))
+
+
+def _xid_findings(groups: list[dict[str, Any]], where: str = "") -> list[Found]:
+    found: list[Found] = []
+    for group in sorted(groups, key=lambda g: (_xid_rule(g["code"])[0] != FAIL, g["code"])):
+        status, meaning, action, advice = _xid_rule(group["code"])
+        label = f"Xid {group['code']} ({meaning}){where.format(bus=group['bus_id'])}"
+        found.append((status, _describe(group, label), action, advice))
+    return found
+
+
+@CHECKS.gpu("xid_errors", "errors", section="kernel_log")
+def xid_errors(node: NodeView, gpu: dict[str, Any]) -> Result:
+    """No hardware XIDs for this GPU in the kernel log within the window (app XIDs warn)."""
+    log = section(node, "kernel_log")
+    _need_log(log, "the kernel log")
+    bus = need(gpu, "pci_bus_id", "PCI bus id (to find the GPU's XIDs)")
+    window = _Window(node, log)
+    groups = [g for g in window.groups(("xid",)) if g["bus_id"] == bus.upper()]
+    return _judge(_xid_findings(groups), window, "no XIDs")
+
+
+@CHECKS.node("kernel_log", "errors", section="kernel_log")
+def kernel_log(node: NodeView) -> Result:
+    """No XIDs of unknown GPUs, NVSwitch SXIDs or nvidia-peermem errors in the kernel log."""
+    require_nvidia(node, evidence_too=False)
+    log = section(node, "kernel_log")
+    _need_log(log, "the kernel log")
+    window = _Window(node, log)
+    gpus = node.facts.get("gpus")
+    known = {g["pci_bus_id"].upper() for g in gpus or [] if g.get("pci_bus_id")}
+    xids = window.groups(("xid",))
+    mine = [g for g in xids if g["bus_id"] in known]
+    others = [g for g in xids if g["bus_id"] not in known]
+    where = " on {bus}" + (
+        ", which is none of the node's GPUs" if gpus else " (the evidence names no GPUs)"
+    )
+    found = _xid_findings(others, where)
+    for group in window.groups(("sxid",)):
+        label = f"NVSwitch SXid {group['code']} ({'fatal' if group.get('fatal') else 'non-fatal'})"
+        text = _describe(group, f"{label} on {group['bus_id']}")
+        if group.get("fatal"):
+            advice = (
+                "drain the node; reboot to reset the NVSwitch fabric and check "
+                "nvidia-fabricmanager; have the baseboard inspected if it recurs"
+            )
+            found.append((FAIL, text, Action.REBOOT_NODE, advice))
+        else:
+            advice = "watch for repeats; check the NVSwitch port it names"
+            found.append((WARN, text, Action.INSPECT, advice))
+    for group in window.groups(("peermem",)):
+        found.append(
+            (
+                WARN,
+                _describe(group, "nvidia-peermem errors"),
+                Action.CHECK_APP,
+                "check the GPUDirect RDMA job and that nvidia-peermem matches the driver",
+            )
+        )
+    mapped = f" ({len(mine)} XID kinds on the node's GPUs are for xid_errors)" if mine else ""
+    return _judge(found, window, f"no SXIDs, peermem errors or XIDs of unknown GPUs{mapped}")
+
+
+@CHECKS.node("fabric_manager", "nvlink", section="fabric_manager")
+def fabric_manager(node: NodeView) -> Result:
+    """No NVSwitch fatal errors (fail) or other errors (warn) in the fabric manager's log."""
+    require_nvidia(node, evidence_too=False)
+    log = section(node, "fabric_manager")
+    if not log.get("present"):
+        return skipped(f"no fabric manager log at {log.get('log')} (no NVSwitch here?)")
+    _need_log(log, f"the fabric manager log {log.get('log') or ''}".rstrip())
+    window = _Window(node, log)
+    found: list[Found] = []
+    for group in window.groups(("fabric_manager",)):
+        code = f" {group['code']}" if group["code"] is not None else ""
+        where = f" on NVSwitch {group['bus_id']}" if group["bus_id"] else ""
+        if group.get("fatal"):
+            label = f"fabric manager fatal error{code}{where}"
+            advice = (
+                "drain the node; restart nvidia-fabricmanager or reboot to reset the fabric; have "
+                "the baseboard inspected if it recurs"
+            )
+            found.append((FAIL, _describe(group, label), Action.REBOOT_NODE, advice))
+        else:
+            label = f"fabric manager error{code}{where}"
+            advice = "watch for repeats; check `nvidia-smi nvlink -s` and the NVSwitch port named"
+            found.append((WARN, _describe(group, label), Action.INSPECT, advice))
+    return _judge(found, window, "no fabric manager errors")

@@ -1,0 +1,366 @@
+"""Kernel and fabric-manager logs -> the NVIDIA events in them.
+
+Kernel logs reach us in many shapes: the probe reads `journalctl -k -o short-iso`,
+`dmesg --time-format=iso`, plain `dmesg` or /dev/kmsg, and tickets carry `dmesg -T`,
+`dmesg --decode`, `journalctl -k` (syslog-style) or /var/log/kern.log. Every line is
+recognised by its timestamp prefix; the message is searched for:
+
+- XIDs: `NVRM: Xid (PCI:0000:19:00): 48, pid=..., name=..., <text>`
+- NVSwitch SXIDs: `nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 20034, Fatal, <text>` (the
+  `Severity ...` and `Data {...}` lines that follow an SXID repeat it and are not counted)
+- nvidia-peermem errors: `nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected ...`
+
+Everything else in a kernel log is someone else's business and yields nothing. Times become
+canonical strings (`2024-11-15T12:02:03.470068Z`, or without the `Z` when the log gives no
+time zone) and/or seconds since boot (`uptime_s`), whichever the format has.
+
+Stdlib only: shipped to the nodes with the probe.
+"""
+
+import calendar
+import re
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from gpuhealth.parsing import ParseError
+
+_MONTHS = {
+    name: number
+    for number, name in enumerate(
+        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
+    )
+}
+
+# Format names, as the command that prints them (evidence kinds and the probe use them).
+DMESG = "dmesg"
+DMESG_T = "dmesg -T"
+DMESG_ISO = "dmesg --time-format=iso"
+DMESG_DECODE_ISO = "dmesg --decode --time-format=iso"
+KMSG = "/dev/kmsg"
+JOURNAL = "journalctl -k"
+JOURNAL_ISO = "journalctl -k -o short-iso"
+FORMATS = (DMESG, DMESG_T, DMESG_ISO, DMESG_DECODE_ISO, KMSG, JOURNAL, JOURNAL_ISO)
+
+_KMSG_RE = re.compile(r"(\d+),(\d+),(\d+),[^;]*;(.*)")
+_KMSG_DICT_RE = re.compile(r" [A-Z_]+=")  # /dev/kmsg continuation lines (SUBSYSTEM=pci ...)
+_FACILITY_RE = re.compile(r"[a-z]+ *:[a-z]+ *: ?(.*)")  # dmesg --decode: "kern  :warn  : "
+_UPTIME_RE = re.compile(r"\[ *(\d+\.\d+)\] ?(.*)")
+_CTIME_RE = re.compile(
+    r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\w{3}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\] ?(.*)"
+)
+_ISO_RE = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?(Z|[+-]\d{2}:?\d{2})? (.*)"
+)
+_SYSLOG_RE = re.compile(r"(\w{3}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (.*)")
+# "host kernel: msg" after a journal/syslog timestamp; the kernel's own [uptime] may follow.
+_IDENT_RE = re.compile(r"\S+ [^\s:\[]+(?:\[\d+\])?: (?:\[ *(\d+\.\d+)\] )?(.*)")
+_JOURNAL_META_RE = re.compile(r"-- .* --")  # "-- Boot 3f.. --", "-- No entries --"
+
+_XID_RE = re.compile(
+    r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]+:[0-9A-Fa-f]+(?::[0-9A-Fa-f]+)?(?:\.[0-7])?)\): (\d+)"
+    r"(?:, pid=([^,]*), name=([^,]*))?(?:, ?(.*))?"
+)
+_SXID_RE = re.compile(
+    r"(nvidia-nvswitch\d+): SXid \(PCI:([0-9A-Fa-f:.]+)\): (\d+), (Fatal|Non-fatal), ?(.*)"
+)
+_PEERMEM_RE = re.compile(r"nvidia-peermem\b.*\bERROR\b")
+
+_FM_RE = re.compile(
+    r"\[(\w{3}) (\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\] \[([A-Z]+)\] (?:\[tid \d+\] )?(.*)"
+)
+_FM_CODE_RE = re.compile(r"error (\d+)")
+_FM_BUS_RE = re.compile(r"pci bus id ([0-9A-Fa-f:.]+)")
+
+
+def bus_id(text: str) -> str:
+    """A kernel-log PCI address ("0000:19:00", "19:00", "0000:3b:00.1") in NVML's form.
+
+    NVML prints "00000000:19:00.0"; the driver's XID lines omit the function number.
+    """
+    parts = text.split(":")
+    if len(parts) == 2:
+        parts.insert(0, "0")
+    domain, bus, rest = parts
+    device, _, function = rest.partition(".")
+    return f"{int(domain, 16):08X}:{int(bus, 16):02X}:{int(device, 16):02X}.{function or '0'}"
+
+
+def stamp(seconds: float, utc: bool = True) -> str:
+    """Seconds since the epoch as the canonical time string (naive when the zone is unknown)."""
+    whole = int(seconds // 1)
+    micros = int(round((seconds - whole) * 1e6))
+    if micros == 1000000:
+        whole, micros = whole + 1, 0
+    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+    if micros:
+        text += f".{micros:06d}"
+    return text + ("Z" if utc else "")
+
+
+def epoch(text: str) -> float:
+    """A canonical time string back to seconds since the epoch (a naive one read as UTC)."""
+    match = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?Z?", text)
+    if not match:
+        raise ValueError(f"not a canonical time: {text!r}")
+    fields = [int(part) for part in match.groups()[:6]]
+    fraction = float(f"0.{match.group(7)}") if match.group(7) else 0.0
+    return calendar.timegm((*fields, 0, 0, 0)) + fraction
+
+
+def _civil(
+    year: int,
+    month: int,
+    day: int,
+    hour: int,
+    minute: int,
+    second: int,
+    fraction: Optional[str] = None,
+    zone: Optional[str] = None,
+) -> str:
+    seconds: float = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0))
+    if fraction:
+        seconds += float(f"0.{fraction}")
+    if zone and zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        seconds -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+    return stamp(seconds, utc=zone is not None)
+
+
+def _syslog_year(month: int, day: int, now: float) -> int:
+    """Syslog-style lines carry no year: the latest one that does not put them in the future."""
+    today = time.gmtime(now)
+    later = (month, day) > (today.tm_mon, today.tm_mday + 1)
+    return today.tm_year - 1 if later else today.tm_year
+
+
+def _split_line(line: str, now: float) -> Optional[Tuple[str, Optional[str], Optional[float], str]]:
+    """(format, time, uptime_s, message) of one kernel log line, or None when unrecognised."""
+    match = _KMSG_RE.fullmatch(line)
+    if match:
+        return KMSG, None, int(match.group(3)) / 1e6, match.group(4)
+    decoded = _FACILITY_RE.fullmatch(line)
+    body = decoded.group(1) if decoded else line
+    match = _UPTIME_RE.fullmatch(body)
+    if match:
+        return DMESG, None, float(match.group(1)), match.group(2)
+    match = _CTIME_RE.fullmatch(body)
+    if match and match.group(1) in _MONTHS:
+        month, day, hour, minute, second, year, message = match.groups()
+        when = _civil(int(year), _MONTHS[month], int(day), int(hour), int(minute), int(second))
+        return DMESG_T, when, None, message
+    match = _ISO_RE.fullmatch(body)
+    if match:
+        year, month, day, hour, minute, second, fraction, zone, message = match.groups()
+        numbers = (int(year), int(month), int(day), int(hour), int(minute), int(second))
+        when = _civil(*numbers, fraction=fraction, zone=zone)
+        # dmesg writes "05:39:15,491363"; journald and rsyslog use a dot or no fraction.
+        dmesg = decoded or body[19] == ","
+        ident = None if dmesg else _IDENT_RE.fullmatch(message)
+        if ident:
+            uptime = float(ident.group(1)) if ident.group(1) else None
+            return JOURNAL_ISO, when, uptime, ident.group(2)
+        return DMESG_DECODE_ISO if decoded else DMESG_ISO, when, None, message
+    match = _SYSLOG_RE.fullmatch(body)
+    if match and match.group(1) in _MONTHS and not decoded:
+        month, day, hour, minute, second, rest = match.groups()
+        ident = _IDENT_RE.fullmatch(rest)
+        if ident:
+            number, day_number = _MONTHS[month], int(day)
+            year = _syslog_year(number, day_number, now)
+            when = _civil(year, number, day_number, int(hour), int(minute), int(second))
+            uptime = float(ident.group(1)) if ident.group(1) else None
+            return JOURNAL, when, uptime, ident.group(2)
+    return None
+
+
+def _event(message: str) -> Optional[Dict[str, Any]]:
+    """The NVIDIA event a kernel message reports, if any."""
+    match = _XID_RE.search(message)
+    if match:
+        bus, code, pid, name, text = match.groups()
+        pid = (pid or "").strip("'")
+        name = (name or "").strip()
+        return {
+            "kind": "xid",
+            "bus_id": bus_id(bus),
+            "code": int(code),
+            "pid": int(pid) if pid.isdigit() else None,
+            "process": name if name and name != "<unknown>" else None,
+            "text": (text or "").strip(),
+        }
+    match = _SXID_RE.search(message)
+    if match:
+        device, bus, code, severity, text = match.groups()
+        return {
+            "kind": "sxid",
+            "bus_id": bus_id(bus),
+            "code": int(code),
+            "fatal": severity == "Fatal",
+            "device": device,
+            "text": text.strip(),
+        }
+    if _PEERMEM_RE.search(message):
+        return {"kind": "peermem", "text": message.strip()}
+    return None
+
+
+def _lines(text: str) -> List[str]:
+    return [line.rstrip("\r") for line in text.splitlines() if line.strip()]
+
+
+def detect(text: str) -> Optional[str]:
+    """The kernel log format of a text (by its first lines), or None if it is not one."""
+    head = _lines(text[:65536])[:50]
+    seen: Dict[str, int] = {}
+    for line in head:
+        if _JOURNAL_META_RE.fullmatch(line) or _KMSG_DICT_RE.match(line):
+            continue
+        found = _split_line(line, time.time())
+        if found:
+            seen[found[0]] = seen.get(found[0], 0) + 1
+    if not seen or sum(seen.values()) * 2 < len(head):
+        return None
+    return max(seen, key=lambda name: seen[name])
+
+
+def parse(text: str, now: Optional[float] = None) -> Dict[str, Any]:
+    """Every NVIDIA event of a kernel log, in log order, plus the log's newest timestamp.
+
+    Returns {"format", "events", "newest", "newest_uptime_s"}. Lines of other subsystems are
+    skipped; a non-empty text in which no line has a kernel-log timestamp is a ParseError.
+    `now` (default: the clock) only places year-less syslog timestamps in a year.
+    """
+    now = time.time() if now is None else now
+    events: List[Dict[str, Any]] = []
+    formats: Dict[str, int] = {}
+    newest: Optional[str] = None
+    newest_uptime: Optional[float] = None
+    first_unknown = None
+    for number, line in enumerate(_lines(text), 1):
+        if _JOURNAL_META_RE.fullmatch(line) or _KMSG_DICT_RE.match(line):
+            continue
+        found = _split_line(line, now)
+        if found is None:
+            first_unknown = first_unknown or (number, line)
+            continue
+        name, when, uptime, message = found
+        formats[name] = formats.get(name, 0) + 1
+        if when is not None and (newest is None or epoch(when) > epoch(newest)):
+            newest = when
+        if uptime is not None and (newest_uptime is None or uptime > newest_uptime):
+            newest_uptime = uptime
+        event = _event(message)
+        if event is not None:
+            events.append({**event, "time": when, "uptime_s": uptime})
+    if not formats and first_unknown is not None:
+        number, line = first_unknown
+        raise ParseError(f"line {number}: not a kernel log line: {line[:120]!r}")
+    return {
+        "format": max(formats, key=lambda name: formats[name]) if formats else None,
+        "events": events,
+        "newest": newest,
+        "newest_uptime_s": newest_uptime,
+    }
+
+
+def detect_fabric_manager(text: str) -> bool:
+    """Whether a text is an nvidia-fabricmanager log (its first line is an FM log line)."""
+    head = _lines(text[:4096])
+    return bool(head) and _FM_RE.fullmatch(head[0]) is not None
+
+
+def parse_fabric_manager(text: str) -> Dict[str, Any]:
+    """The ERROR/FATAL entries of an nvidia-fabricmanager log, plus its newest timestamp.
+
+    FM logs local time without a zone, so times are naive. "detected NVSwitch fatal error"
+    and FATAL entries are `fatal`; "non-fatal" ones and other errors are not. Continuation
+    lines (message payloads) are skipped; a non-empty log without one FM line is a ParseError.
+    """
+    events: List[Dict[str, Any]] = []
+    newest: Optional[str] = None
+    first = None
+    for number, line in enumerate(_lines(text), 1):
+        match = _FM_RE.fullmatch(line)
+        if match is None:
+            first = first or (number, line)
+            continue
+        month, day, year, hour, minute, second, level, message = match.groups()
+        if month not in _MONTHS:
+            continue
+        when = _civil(int(year), _MONTHS[month], int(day), int(hour), int(minute), int(second))
+        if newest is None or epoch(when) > epoch(newest):
+            newest = when
+        if level not in ("ERROR", "FATAL"):
+            continue
+        lowered = message.lower()
+        code = _FM_CODE_RE.search(message)
+        bus = _FM_BUS_RE.search(message)
+        events.append(
+            {
+                "kind": "fabric_manager",
+                "time": when,
+                "uptime_s": None,
+                "code": int(code.group(1)) if code else None,
+                "bus_id": bus_id(bus.group(1)) if bus else None,
+                "fatal": level == "FATAL"
+                or ("fatal error" in lowered and "non-fatal" not in lowered),
+                "text": message.strip(),
+            }
+        )
+    if newest is None and first is not None:
+        raise ParseError(f"line {first[0]}: not a fabric manager log line: {first[1][:120]!r}")
+    return {"format": "nvidia-fabricmanager log", "events": events, "newest": newest}
+
+
+def _group_key(event: Dict[str, Any]) -> tuple:
+    return (event["kind"], event.get("bus_id") or "", event.get("code") or 0)
+
+
+def summarise(
+    events: List[Dict[str, Any]], keep_per_group: int = 10, keep_total: int = 1000
+) -> Dict[str, Any]:
+    """Exact counts per (kind, bus id, code) and a capped sample of the events themselves.
+
+    A log with 600 application XIDs must not drown one XID 79 nor bloat the facts: each group
+    keeps its first and last `keep_per_group // 2` events (at most `keep_total` in all, in log
+    order), while its count, first/last time, first text and fatal flag stay exact.
+    """
+    groups: Dict[tuple, Dict[str, Any]] = {}
+    members: Dict[tuple, List[int]] = {}
+    for position, event in enumerate(events):
+        key = _group_key(event)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = {
+                "kind": event["kind"],
+                "bus_id": event.get("bus_id"),
+                "code": event.get("code"),
+                "count": 0,
+                "first": event["time"],
+                "first_uptime_s": event["uptime_s"],
+                "sample": event["text"],
+                "processes": [],
+            }
+            members[key] = []
+        group["count"] += 1
+        group["last"] = event["time"]
+        group["last_uptime_s"] = event["uptime_s"]
+        if "fatal" in event:
+            group["fatal"] = bool(group.get("fatal")) or event["fatal"]
+        process = event.get("process")
+        if process and len(group["processes"]) < 5:
+            label = f"{process}[{event['pid']}]" if event.get("pid") is not None else process
+            if label not in group["processes"]:
+                group["processes"].append(label)
+        members[key].append(position)
+    half = max(keep_per_group // 2, 1)
+    kept: List[int] = []
+    for positions in members.values():
+        kept += positions if len(positions) <= 2 * half else positions[:half] + positions[-half:]
+    kept = sorted(kept)[:keep_total]
+    return {
+        "counts": list(groups.values()),
+        "events": [events[position] for position in kept],
+        "dropped": len(events) - len(kept),
+    }

@@ -1,0 +1,201 @@
+"""NCCL checks: all_reduce bus bandwidth and data integrity of one nccl-tests run.
+
+The `nccl` section is one run: the active runner writes it (all local GPUs of the node, over
+NVLink/NVSwitch), `gpuhealth triage` builds it from a saved log, which may span nodes. The
+threshold depends on that topology: the profile's single-node value for one node, its
+inter-node value (what the node's network should carry) for more. Bandwidth is judged at the
+largest message sizes, never on the sweep's `Avg bus bandwidth`, which small sizes drag down
+(a healthy 2-node sweep from 8 B averages 139 GB/s while peaking at 469).
+
+Section layout: `{"nodes": int | None, "hosts": [...], "command", "rc", "error", "action",
+"exit_note", "duration_s", "run": <parsers.nccl_tests.parse result> | None}`, or
+`{"skip": reason}` when there is nothing to run on (docs/facts-schema.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuhealth.checks import CheckSet, NodeView, load_test_output, section
+from gpuhealth.config import Profile
+from gpuhealth.families.fabric.limits import FabricLimits
+from gpuhealth.families.nccl.limits import NcclLimits
+from gpuhealth.results import Action, Result, failed, passed, skipped
+
+CHECKS = CheckSet("nccl")
+SINGLE_KEY = "nccl_allreduce_min_busbw_gbps"
+INTER_KEY = "nccl_internode_min_busbw_gbps"
+
+_SINGLE_ACTION = (
+    "check NVLink and NVSwitch (`nvidia-smi nvlink -s`, nvidia-fabricmanager running, "
+    "`nvidia-smi topo -m`), clocks and throttling of every GPU; re-run, and drain the node if "
+    "the bandwidth stays low"
+)
+_INTER_ACTION = (
+    "run `--level full` so bisection names the slow node; then check that node's NICs (link "
+    "rate and errors), GPUDirect RDMA (nvidia-peermem), NCCL_IB_HCA / NCCL_SOCKET_IFNAME and "
+    "its switch ports"
+)
+_CORRUPTION_ACTION = (
+    "drain the node: results are wrong, not just slow; run `dcgmi diag -r 3`, look for Xid "
+    "48/63/64/74/79 in dmesg and RMA the GPU (or the NVLink/NVSwitch path) that corrupts data"
+)
+
+
+def size_text(size: int) -> str:
+    """Bytes as nccl-tests users say them: 1 GiB, 128 MiB, 8 B."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} B"
+
+
+def network_text(limits: Profile) -> str:
+    """What the node's network should be, from the fabric keys ("" when none is configured)."""
+    lim = limits.get(FabricLimits)
+    if lim.fabric == "efa":
+        count = lim.efa_devices_expected
+        return f"EFA ({count} devices)" if count else "EFA"
+    if lim.fabric == "infiniband":
+        ports, rate = lim.ib_ports_expected, lim.ib_min_rate_gbps
+        parts = [f"{ports} ports" if ports else "", f">= {rate:g} Gb/s" if rate else ""]
+        detail = ", ".join(p for p in parts if p)
+        return f"InfiniBand ({detail})" if detail else "InfiniBand"
+    return ""
+
+
+def _run(node: NodeView) -> dict[str, Any]:
+    """The parsed run, or stop: SKIP when it does not apply, FAIL when it produced nothing."""
+    return load_test_output(node, "nccl", "run", "nccl-tests did not produce results", "log")
+
+
+def best_busbw(rows: list[dict[str, Any]], reference: int) -> tuple[float, int, str] | None:
+    """The highest busbw at sizes >= `reference`: (GB/s, size, "out-of-place"/"in-place")."""
+    best = None
+    for row in (r for r in rows if r["size"] >= reference):
+        for place in ("out_of_place", "in_place"):
+            value = (row.get(place) or {}).get("busbw_gbps")
+            if value is not None and (best is None or value > best[0]):
+                best = (value, row["size"], place.replace("_", "-"))
+    return best
+
+
+def _judge_bandwidth(
+    run: dict[str, Any], nodes: int | None, limits: Profile, evidence: bool = False
+) -> Result:
+    """all_reduce busbw at sizes >= the reference size vs the threshold for this topology."""
+    collective = run.get("collective")
+    if collective != "all_reduce":
+        name = f"{collective}_perf" if collective else "an unknown collective"
+        return skipped(f"{name}: the profile's bandwidth thresholds are for all_reduce")
+    if nodes is None:
+        return skipped(
+            "node count unknown: the log lists no (or not all) rank lines; pass --nodes N",
+        )
+    key = SINGLE_KEY if nodes == 1 else INTER_KEY
+    network = network_text(limits)
+    scope = f"{nodes} nodes" + (f" over {network}" if network else "")
+    if nodes == 1:
+        scope = "single node over NVLink"
+    lim = limits.get(NcclLimits)
+    threshold = (
+        lim.nccl_allreduce_min_busbw_gbps if nodes == 1 else lim.nccl_internode_min_busbw_gbps
+    )
+    reference = lim.nccl_reference_size_bytes
+    largest = max(row["size"] for row in run["rows"])
+    big = [row for row in run["rows"] if row["size"] >= reference]
+    if not big:
+        text = (
+            f"the run's largest message is {size_text(largest)}, below the reference size "
+            f"{size_text(reference)} at which bandwidth is judged"
+        )
+        if evidence:
+            return skipped(f"not evaluated: {text}")
+        return failed(
+            text, Action.FIX_CONFIG, "set nccl_sizes so the sweep reaches nccl_reference_size_bytes"
+        )
+    best = best_busbw(run["rows"], reference)
+    if best is None:
+        return failed(
+            f"no valid busbw at >= {size_text(reference)} (nan or missing values)",
+            Action.RERUN,
+            "read the attached log; re-run",
+        )
+    value, size, place = best
+    measured = f"all_reduce busbw {value:.1f} GB/s (best at >= {size_text(reference)}: "
+    measured += f"{size_text(size)} {place})"
+    if threshold is None:
+        return skipped(f"{measured}, {scope}; no threshold: set {key} to judge it")
+    avg = run.get("avg_busbw_gbps")
+    sweep = f"; the sweep's average {avg:g} GB/s is not judged" if avg is not None else ""
+    if value >= threshold:
+        return passed(f"{measured} >= {threshold:g} GB/s, {scope}{sweep}")
+    return failed(
+        f"{measured} < {threshold:g} GB/s expected, {scope} (profile {limits.name}, {key}){sweep}",
+        Action.DRAIN if nodes == 1 else Action.INSPECT,
+        _SINGLE_ACTION if nodes == 1 else _INTER_ACTION,
+    )
+
+
+def nodes_of(record: dict[str, Any]) -> int | None:
+    """Nodes a run spanned: what the runner launched, else the log's complete rank list."""
+    if record.get("nodes") is not None:
+        return int(record["nodes"])
+    run = record.get("run") or {}
+    if run.get("hosts_complete"):
+        return len(run["hosts"])
+    return None
+
+
+@CHECKS.node("nccl_bandwidth", "nccl", section="nccl", level="standard")
+def nccl_bandwidth(node: NodeView) -> Result:
+    """all_reduce bus bandwidth at the reference size reaches the profile's threshold."""
+    run = _run(node)
+    return _judge_bandwidth(run, nodes_of(section(node, "nccl")), node.limits, node.from_evidence)
+
+
+@CHECKS.node("nccl_data_integrity", "nccl", section="nccl", level="standard")
+def nccl_data_integrity(node: NodeView) -> Result:
+    """No wrong elements (#wrong) and no out-of-bounds values where nccl-tests validated."""
+    run = _run(node)
+    wrong = []
+    checked = unchecked = 0
+    for row in run["rows"]:
+        for place in ("out_of_place", "in_place"):
+            record = row.get(place)
+            if record is None:
+                continue
+            count = record.get("wrong")
+            if count is None:
+                unchecked += 1
+            elif count > 0:
+                wrong.append(f"{count} at {size_text(row['size'])} {place.replace('_', '-')}")
+            else:
+                checked += 1
+    oob = run.get("out_of_bounds") or {}
+    problems = []
+    if wrong:
+        problems.append(f"#wrong {', '.join(wrong[:6])}{' ...' if len(wrong) > 6 else ''}")
+    if oob.get("count") or oob.get("ok") is False:
+        problems.append(f"Out of bounds values: {oob.get('count')} FAILED")
+    if problems:
+        return failed(f"data corruption: {'; '.join(problems)}", Action.DRAIN, _CORRUPTION_ACTION)
+    if not checked:
+        return skipped(
+            "not validated: #wrong is N/A in every row (nccl-tests ran with -c 0), which is "
+            "not the same as 0",
+        )
+    exit_note = section(node, "nccl").get("exit_note")
+    if exit_note:
+        return failed(exit_note, Action.RERUN, "read the attached log")
+    partly = f"; {unchecked} not validated (N/A)" if unchecked else ""
+    return passed(f"#wrong 0 in {checked} validated results{partly}, no out-of-bounds values")
+
+
+def set_node_count(facts: dict[str, Any], nodes: int | None) -> None:
+    """`gpuhealth triage --nodes N`: the node count of a saved log that lists no (or not all)
+    rank lines; complete rank lines win."""
+    record = facts.get("nccl")
+    if nodes is None or not record or (record.get("run") or {}).get("hosts_complete"):
+        return
+    record["nodes"] = nodes

@@ -1,0 +1,174 @@
+"""Multi-node NCCL (`--level full`): one all_reduce over every host, bisection when it is slow.
+
+A set of nodes is as fast as its slowest member, so a slow run names no one: bisection
+(gpuhealth.active.bisect) measures subsets until the slow node(s) stand out. Each node's
+verdict gets its part (a FAIL for a slow node, a note for the others) through the test's
+`gpuhealth.fleet` user property.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import allure
+import pytest
+
+from gpuhealth.active import bisect
+from gpuhealth.checks import NodeView, evaluate
+from gpuhealth.config import Profile, resolve_limits
+from gpuhealth.families.nccl import active
+from gpuhealth.families.nccl.checks import best_busbw, nodes_of
+from gpuhealth.families.nccl.limits import NcclLimits
+from gpuhealth.plugin import RunState, run_state
+from gpuhealth.registry import check
+from gpuhealth.results import Action, Result, Status
+from gpuhealth.targets import Target
+
+_SLOW_NODE_ADVICE = (
+    "check this node's NICs (link rate, errors), GPUDirect RDMA (nvidia-peermem), cables and "
+    "switch ports; drain it until it passes"
+)
+_FABRIC_ADVICE = "check the fabric (switches, routing) and the NCCL settings, then re-run"
+
+
+class _Fleet:
+    """Launches nccl-tests over subsets of the hosts, each judged by the NCCL checks."""
+
+    def __init__(self, state: RunState, limits: Profile, gpus: int) -> None:
+        self.state = state
+        self.limits = limits
+        self.gpus = gpus
+        self.trials: list[tuple[tuple[str, ...], str]] = []
+
+    def run(self, nodes: tuple[str, ...]) -> tuple[list[Result], dict[str, Any]]:
+        lim = self.limits.get(NcclLimits)
+        command = active.multi_command(
+            lim.nccl_launcher,
+            lim.nccl_launcher_args,
+            active.binary(lim),
+            lim.nccl_sizes,
+            list(nodes),
+            self.gpus,
+        )
+        launcher = self.state.targets[nodes[0]]
+        name = f"nccl-multinode-{'+'.join(nodes)}"
+        outcome = self.state.launch(launcher, name, command, lim.nccl_timeout_s, locked=True)
+        section = active.section_of(outcome, list(nodes), "nccl_timeout_s")
+        view = NodeView("+".join(nodes), {"source": "active", "nccl": section}, self.limits)
+        results = [
+            evaluate(check(name), view).result for name in ("nccl_bandwidth", "nccl_data_integrity")
+        ]
+        self.trials.append((nodes, self.short(section)))
+        return results, section
+
+    def short(self, section: dict[str, Any]) -> str:
+        if section.get("error"):
+            return str(section["error"])[:120]
+        reference = self.limits.get(NcclLimits).nccl_reference_size_bytes
+        best = best_busbw(section["run"]["rows"], reference)
+        return f"{best[0]:.1f} GB/s" if best else "no busbw"
+
+    def fast(self, nodes: tuple[str, ...]) -> bool:
+        results, _ = self.run(nodes)
+        return all(r.status is Status.PASS for r in results)
+
+
+def _fleet_limits(state: RunState, targets: list[Target]) -> Profile:
+    """The first host's limits, without probing (a second probe of a host breaks the rule of
+    one probe per host): the inventory must name the profile or the thresholds."""
+    return resolve_limits(targets[0].expectations, state.profiles, None)
+
+
+def run_fleet_nccl(item: pytest.Item) -> None:
+    """All hosts in one nccl-tests run; below threshold, bisect to name the slow nodes."""
+    state = run_state(item.config)
+    targets = list(state.targets.values())
+    allure.dynamic.parent_suite("fleet")
+    allure.dynamic.suite("nccl")
+    allure.dynamic.label("check", "nccl_multinode")
+    if any(t.host is None for t in targets):
+        pytest.skip("active checks need live hosts: not run on saved facts (--facts)")
+    if len(targets) < 2:
+        pytest.skip(f"multi-node NCCL needs at least 2 hosts; this run has {len(targets)}")
+    limits = _fleet_limits(state, targets)
+    gpus = limits.values.get("gpu_count")
+    if not gpus:
+        pytest.skip(
+            "GPUs per node unknown: set gpu_profile or gpu_count in the inventory (the rank "
+            "layout of a multi-node run comes from it, not from probing)"
+        )
+    names = [t.name for t in targets]
+    fleet = _Fleet(state, limits, gpus)
+    with state.load_lock(exclusive=True):
+        results, section = fleet.run(tuple(names))
+        bad = [r for r in results if r.status is Status.FAIL]
+        found = None
+        if bad and not str(section.get("error") or "").startswith("not found"):
+            found = bisect.bisect(names, fleet.fast)
+    threshold = limits.get(NcclLimits).nccl_internode_min_busbw_gbps
+    _report(item, names, results, found, fleet.trials, threshold, nodes_of(section))
+
+
+def _why_unnamed(found: bisect.Bisection | None, count: int) -> str:
+    if found is None:
+        return "not bisected: the launch itself failed"
+    if count == 2:
+        return "two nodes cannot be told apart; add a third"
+    if found.unresolved:
+        return "no subset tried was fast: suspect the fabric as a whole"
+    return "no node was slow with a fast partner: the set is slow only together (spine, routing)"
+
+
+def _finding(
+    host: str, status: str, message: str, action: Action = Action.NONE, advice: str | None = None
+) -> dict[str, Any]:
+    return {
+        "check": "nccl_multinode",
+        "host": host,
+        "status": status,
+        "message": message,
+        "action": action.value,
+        "advice": advice,
+    }
+
+
+def _report(
+    item: pytest.Item,
+    names: list[str],
+    results: list[Result],
+    found: bisect.Bisection | None,
+    trials: list[tuple[tuple[str, ...], str]],
+    threshold: float | None,
+    nodes: int | None,
+) -> None:
+    """Per-node findings for the verdicts (gpuhealth.fleet property), then the test outcome."""
+    bad = [r for r in results if r.status is Status.FAIL]
+    headline = "; ".join(r.message for r in (bad or results))
+    whole = f"all {nodes or len(names)} nodes: {trials[0][1]}"
+    if threshold is not None:
+        whole += f" (expected >= {threshold:g} GB/s)"
+    bisected = trials[1:]
+    findings = []
+    for name in names:
+        if not bad:
+            findings.append(_finding(name, "NOTE", headline))
+        elif found and name in found.slow:
+            seen = "; ".join(f"{'+'.join(n)}: {text}" for n, text in bisected if name in n)
+            message = f"slow in multi-node all_reduce ({seen}); {whole}"
+            findings.append(_finding(name, "FAIL", message, Action.DRAIN, _SLOW_NODE_ADVICE))
+        elif found and found.slow:
+            slow = ", ".join(found.slow)
+            message = f"multi-node all_reduce below threshold ({whole}); bisection named {slow}"
+            findings.append(_finding(name, "NOTE", f"{message}; {name} was fast"))
+        else:
+            why = _why_unnamed(found, len(names))
+            message = f"multi-node all_reduce failed: {headline}; bisection named no node ({why})"
+            findings.append(_finding(name, "WARN", message, Action.INSPECT, _FABRIC_ADVICE))
+    item.user_properties.append(("gpuhealth.fleet", json.dumps(findings)))
+    if bad:
+        named = f" | slow node(s): {', '.join(found.slow)}" if found and found.slow else ""
+        runs = "; ".join(f"{'+'.join(n)}: {text}" for n, text in bisected)
+        pytest.fail(f"{headline}{named}" + (f" | bisection runs: {runs}" if runs else ""), False)
+    if all(r.status is Status.SKIP for r in results):
+        pytest.skip(headline)

@@ -1,0 +1,16 @@
+"""Profile keys of the memory-reclaim family (the threshold is max_idle_memory_used_mib)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from gpuhealth.config import FamilyLimits, Number, Seconds
+
+
+class ReclaimLimits(FamilyLimits):
+    """How long GPU memory a finished job left behind gets to be freed."""
+
+    reclaim_wait_s: Number = Field(
+        50, description="how long the probe waits for GPU memory to be freed (0: no wait)"
+    )
+    reclaim_poll_s: Seconds = Field(2, description="how often it polls GPU memory while waiting")

@@ -1,0 +1,1 @@
+"""Storage family: the paths jobs read and write, network mounts, Lustre health."""

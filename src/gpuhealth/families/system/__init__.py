@@ -1,0 +1,1 @@
+"""System family: NUMA layout, numactl, host resources, memlock, kernel modules, services."""

@@ -1,0 +1,25 @@
+"""What every parser shares: its one error type.
+
+Parsers are pure (text in, facts out) and fail closed: anything they cannot understand is a
+ParseError naming the line, never another exception and never a made-up value. Shipped to the
+nodes with the probe, so Python 3.6 and the standard library only.
+"""
+
+import json
+from typing import Any
+
+
+class ParseError(ValueError):
+    """Tool output that cannot be understood; the message names the line."""
+
+
+def load_json(text: str, what: str, start: int = 0) -> Any:
+    """The JSON document at text[start:] (trailing text ignored), or a ParseError naming the
+    line: also for integers too long to convert and nesting too deep for the decoder."""
+    try:
+        doc, _ = json.JSONDecoder().raw_decode(text, start)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"{what}: not valid JSON: line {exc.lineno}: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ParseError(f"{what}: JSON the decoder refuses: {str(exc)[:120]}") from None
+    return doc

@@ -1,0 +1,123 @@
+"""The one registry of check families, discovered from their declarations.
+
+A family is one folder under `gpuhealth/families/` whose `family.py` declares everything about
+it: its facts sections (written by its node-side `probe.py`, or by a load test in
+`active.py`), its profile keys (`limits.py`), its checks, its evidence kinds for triage and its
+pytest markers. `gpuhealth.families.NAMES` lists the folders in report order; that one line is
+all the rest of gpuhealth needs to learn about a new family.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from gpuhealth.checks import Check, CheckSet
+from gpuhealth.families import NAMES
+
+if TYPE_CHECKING:
+    from gpuhealth.active.runner import ActiveContext, Run
+    from gpuhealth.config import FamilyLimits
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of evidence `gpuhealth triage` reads: how to spot it, how to read it.
+
+    Text kinds get the file's text, directory kinds (a copied /sys tree) its path. `parse`
+    returns top-level sections of a facts document (plus optional `errors`). Kinds are tried
+    in `priority` order, lowest first: the generic ones (kernel logs) come last.
+    """
+
+    name: str
+    detect: Callable[[Any], bool]
+    parse: Callable[[Any], dict[str, Any]]
+    directory: bool = False
+    priority: int = 50
+
+
+@dataclass(frozen=True)
+class ActiveRun:
+    """A load test a family runs from the controller at `level` and above; `launch` returns
+    the facts section it writes (named `section`) and the raw outputs kept as evidence."""
+
+    section: str
+    level: str
+    launch: Callable[[ActiveContext], Run]
+
+
+@dataclass(frozen=True)
+class Family:
+    """Everything gpuhealth knows about one check family."""
+
+    name: str
+    title: str
+    checks: CheckSet
+    limits: type[FamilyLimits] | None = None
+    sections: tuple[str, ...] = ()
+    evidence: tuple[Kind, ...] = ()
+    markers: dict[str, str] = field(default_factory=dict)
+    active: tuple[ActiveRun, ...] = ()
+
+
+@cache
+def families() -> tuple[Family, ...]:
+    """Every family, in report order (gpuhealth.families.NAMES)."""
+    found = []
+    for name in NAMES:
+        module = importlib.import_module(f"gpuhealth.families.{name}.family")
+        family = module.FAMILY
+        if family.name != name or family.checks.family != name:
+            raise RuntimeError(f"gpuhealth/families/{name}/family.py declares {family.name!r}")
+        found.append(family)
+    return tuple(found)
+
+
+@cache
+def checks() -> dict[str, Check]:
+    """Every check by name, in report order."""
+    found: dict[str, Check] = {}
+    for family in families():
+        for chk in family.checks.checks:
+            if chk.name in found:
+                raise RuntimeError(f"check {chk.name!r} is declared twice")
+            found[chk.name] = chk
+    return found
+
+
+def check(name: str) -> Check:
+    """One check by name."""
+    return checks()[name]
+
+
+def names(scope: str) -> list[str]:
+    """Check names of a scope ("node" or "gpu"), in report order."""
+    return [c.name for c in checks().values() if c.scope == scope]
+
+
+def evidence_kinds() -> list[Kind]:
+    """Every evidence kind, in the order triage tries them."""
+    kinds = [kind for family in families() for kind in family.evidence]
+    return sorted(kinds, key=lambda kind: kind.priority)
+
+
+def markers() -> dict[str, str]:
+    """pytest markers the families declare (name -> description)."""
+    return {name: text for family in families() for name, text in family.markers.items()}
+
+
+def active_run(section: str) -> ActiveRun:
+    """The load test that writes a facts section (`nccl`, `dcgm`)."""
+    for family in families():
+        for run in family.active:
+            if run.section == section:
+                return run
+    raise KeyError(f"no family runs a load test for the {section!r} section")
+
+
+def sections() -> dict[str, str]:
+    """Facts section -> the family whose probe or load test writes it."""
+    return {name: family.name for family in families() for name in family.sections}

@@ -1,0 +1,96 @@
+"""What a check says: a typed status, the human message, and an action code next to the advice.
+
+The action code is what drain scripts, Slurm and Kubernetes actions and the node health service
+act on; the advice is the same thing in words, for the engineer reading the report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Status(str, Enum):
+    """A check's verdict on one node or GPU."""
+
+    PASS = "PASS"
+    WARN = "WARN"
+    FAIL = "FAIL"
+    SKIP = "SKIP"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Action(str, Enum):
+    """What to do about a finding, most drastic first (the order ranks a node's actions).
+
+    In the spirit of GPUd's repair actions; verdicts.json lists them with their meanings.
+    """
+
+    RMA = "RMA"
+    REBOOT_NODE = "REBOOT_NODE"
+    RESET_GPU = "RESET_GPU"
+    DRAIN = "DRAIN"
+    INSPECT = "INSPECT"
+    FIX_CONFIG = "FIX_CONFIG"
+    CHECK_APP = "CHECK_APP"
+    RERUN = "RERUN"
+    NONE = "NONE"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def rank(self) -> int:
+        """0 for the most drastic action (RMA) up to NONE."""
+        return list(Action).index(self)
+
+    @property
+    def meaning(self) -> str:
+        """What the code asks for, in words."""
+        return ACTION_MEANINGS[self]
+
+
+ACTION_MEANINGS = {
+    Action.RMA: "replace the part (GPU, HCA, cable, baseboard) with the vendor",
+    Action.REBOOT_NODE: "drain the node, then reboot or power-cycle it",
+    Action.RESET_GPU: "drain the GPU's jobs, then reset the GPU (nvidia-smi -r) or reboot",
+    Action.DRAIN: "take the node out of scheduling until someone has looked",
+    Action.INSPECT: "a person must look: hardware, cooling, cabling, logs or the fabric",
+    Action.FIX_CONFIG: "set software, BIOS, limits, services or the inventory right",
+    Action.CHECK_APP: "the user's application (or the last job) caused it",
+    Action.RERUN: "the data could not be read: run again; if it persists, see the advice",
+    Action.NONE: "nothing to do",
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    """One check's verdict on one node or GPU: `message` says what was measured against what
+    was expected; `action` and `advice` say what to do (FAIL and WARN only)."""
+
+    status: Status
+    message: str
+    action: Action = Action.NONE
+    advice: str | None = None
+
+
+def passed(message: str) -> Result:
+    """A PASS with what was measured."""
+    return Result(Status.PASS, message)
+
+
+def skipped(message: str) -> Result:
+    """A SKIP with the reason the check does not apply (or could not be evaluated)."""
+    return Result(Status.SKIP, message)
+
+
+def failed(message: str, action: Action, advice: str | None = None) -> Result:
+    """A FAIL, with what to do about it."""
+    return Result(Status.FAIL, message, action, advice)
+
+
+def warned(message: str, action: Action, advice: str | None = None) -> Result:
+    """A WARN (soft limit crossed; the run still passes), with what to do about it."""
+    return Result(Status.WARN, message, action, advice)
