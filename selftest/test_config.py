@@ -86,6 +86,8 @@ def test_inventory_gpu_count_overrides_the_profile():
         ({"temp_fail_c": "hot"}, "key 'temp_fail_c' must be int or float"),
         ({"require_ecc": "yes"}, "key 'require_ecc' must be bool"),
         ({"nvidia_driver_branch": "latest"}, "nvidia_driver_branch must look like '570'"),
+        ({"dcgm_diag_level": 5}, "key 'dcgm_diag_level' must be 1, 2, 3 or 4, got 5"),
+        ({"efa_devices_expected": 0}, "key 'efa_devices_expected' must be >= 1, got 0"),
     ],
 )
 def test_bad_inventory_vars_name_host_and_key(host_vars, message):

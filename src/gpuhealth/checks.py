@@ -121,7 +121,13 @@ class CheckSet:
     checks: list[Check] = field(default_factory=list)
 
     def _register(
-        self, scope: str, name: str, group: str, severity: str, section: str, level: str
+        self,
+        scope: str,
+        name: str,
+        group: str,
+        severity: str = "critical",
+        section: str = "gpus",
+        level: str = "quick",
     ) -> Callable[[CheckFn], CheckFn]:
         if group not in GROUP_RANKS:
             raise ValueError(f"check {name}: unknown group {group!r}")
@@ -135,27 +141,14 @@ class CheckSet:
 
         return wrap
 
-    def node(
-        self,
-        name: str,
-        group: str,
-        severity: str = "critical",
-        section: str = "gpus",
-        level: str = "quick",
-    ) -> Callable[[CheckFn], CheckFn]:
-        """Register a check judged once per node: `fn(node) -> Result`."""
-        return self._register("node", name, group, severity, section, level)
+    def node(self, name: str, group: str, **options: str) -> Callable[[CheckFn], CheckFn]:
+        """Register a check judged once per node: `fn(node) -> Result` (options: severity,
+        section, level)."""
+        return self._register("node", name, group, **options)
 
-    def gpu(
-        self,
-        name: str,
-        group: str,
-        severity: str = "critical",
-        section: str = "gpus",
-        level: str = "quick",
-    ) -> Callable[[CheckFn], CheckFn]:
+    def gpu(self, name: str, group: str, **options: str) -> Callable[[CheckFn], CheckFn]:
         """Register a check judged per expected GPU slot: `fn(node, gpu_record) -> Result`."""
-        return self._register("gpu", name, group, severity, section, level)
+        return self._register("gpu", name, group, **options)
 
 
 def need(record: Record, key: str, what: str, required: bool = False) -> Any:

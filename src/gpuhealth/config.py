@@ -52,7 +52,8 @@ class FamilyLimits(BaseModel):
 Count = Annotated[StrictInt, Field(ge=0)]
 Number = Annotated[StrictInt | StrictFloat, Field(ge=0)]
 Seconds = Annotated[StrictInt | StrictFloat, Field(gt=0)]
-Celsius = StrictInt | StrictFloat  # Blackwell reports thresholds as negative offsets
+Signed = StrictInt | StrictFloat
+Celsius = Signed  # Blackwell reports thresholds as negative offsets
 Flag = StrictBool
 Text = StrictStr
 

@@ -12,17 +12,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictFloat,
-    StrictInt,
-    StrictStr,
-    ValidationError,
-)
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from gpuhealth.config import Signed
 from gpuhealth.facts import SCHEMA_VERSION, skipped
 
 # Larger than any real document (8 GPUs with every section: ~100 KB; a kernel log's events
@@ -34,7 +26,7 @@ class FactsError(ValueError):
     """A facts document that cannot be used; the message names its source and the problem."""
 
 
-Number = StrictInt | StrictFloat
+Number = Signed
 Section = dict[str, Any] | None
 
 

@@ -13,13 +13,17 @@ class ParseError(ValueError):
     """Tool output that cannot be understood; the message names the line."""
 
 
-def load_json(text: str, what: str, start: int = 0) -> Any:
-    """The JSON document at text[start:] (trailing text ignored), or a ParseError naming the
-    line: also for integers too long to convert and nesting too deep for the decoder."""
+def load_json(text: str, what: str, start: int = 0, whole: bool = False) -> Any:
+    """The JSON document at text[start:], or a ParseError naming the line: also for integers
+    too long to convert and nesting too deep for the decoder. With `whole`, nothing but
+    whitespace may follow it; otherwise trailing text (a tool's last words) is ignored."""
     try:
-        doc, _ = json.JSONDecoder().raw_decode(text, start)
+        doc, end = json.JSONDecoder().raw_decode(text, start)
     except json.JSONDecodeError as exc:
         raise ParseError(f"{what}: not valid JSON: line {exc.lineno}: {exc.msg}") from None
     except (ValueError, RecursionError) as exc:
         raise ParseError(f"{what}: JSON the decoder refuses: {str(exc)[:120]}") from None
+    if whole and text[end:].strip():
+        line = text.count("\n", 0, end) + 1
+        raise ParseError(f"{what}: not valid JSON: line {line}: extra data after the document")
     return doc

@@ -63,6 +63,49 @@ class Family:
     active: tuple[ActiveRun, ...] = ()
 
 
+def declare(
+    package: str, title: str, sections: tuple[str, ...], markers: dict[str, str] | None = None
+) -> Family:
+    """A family from the modules of its folder, by convention: `checks.py` (CHECKS), and where
+    they exist `limits.py` (its FamilyLimits model), `evidence.py` (KINDS) and `active.py`
+    (RUNS). family.py calls this with what only it can say."""
+    from gpuhealth.config import FamilyLimits
+
+    def part(name: str) -> Any:
+        try:
+            return importlib.import_module(f"{package}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"{package}.{name}":
+                return None
+            raise
+
+    limits = part("limits")
+    models = (
+        [
+            value
+            for value in vars(limits).values()
+            if isinstance(value, type)
+            and issubclass(value, FamilyLimits)
+            and value.__module__ == limits.__name__
+        ]
+        if limits
+        else []
+    )
+    if len(models) > 1:
+        raise RuntimeError(f"{package}.limits declares {len(models)} limit models, not one")
+    evidence, active = part("evidence"), part("active")
+    return Family(
+        name=package.rpartition(".")[2],
+        title=title,
+        checks=part("checks").CHECKS,
+        limits=models[0] if models else None,
+        sections=sections,
+        evidence=tuple(evidence.KINDS) if evidence else (),
+        markers=dict(markers or {}),
+        active=tuple(active.RUNS) if active else (),
+    )
+
+
 @cache
 def families() -> tuple[Family, ...]:
     """Every family, in report order (gpuhealth.families.NAMES)."""

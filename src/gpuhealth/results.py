@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from enum import Enum
 
 
-class Status(str, Enum):
+class _Code(str, Enum):
+    """A code that prints (and serialises) as itself."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Status(_Code):
     """A check's verdict on one node or GPU."""
 
     PASS = "PASS"
@@ -18,11 +25,8 @@ class Status(str, Enum):
     FAIL = "FAIL"
     SKIP = "SKIP"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Action(str, Enum):
+class Action(_Code):
     """What to do about a finding, most drastic first (the order ranks a node's actions).
 
     In the spirit of GPUd's repair actions; verdicts.json lists them with their meanings.
@@ -37,9 +41,6 @@ class Action(str, Enum):
     CHECK_APP = "CHECK_APP"
     RERUN = "RERUN"
     NONE = "NONE"
-
-    def __str__(self) -> str:
-        return self.value
 
     @property
     def rank(self) -> int:

@@ -17,6 +17,8 @@ from typing import Any
 
 from gpuhealth.checks import NodeView
 from gpuhealth.deadline import DeadlineExceeded, within
+from gpuhealth.parsing import ParseError
+from gpuhealth.results import Action
 
 KILL_GRACE_S = 10
 TRANSPORT_GRACE_S = 60
@@ -86,6 +88,68 @@ def shell_args(text: str, key: str) -> str:
     except ValueError as exc:
         raise ValueError(f"{key} {text!r}: {exc}") from exc
     return " ".join(shlex.quote(token) for token in tokens)
+
+
+Failure = tuple[str, Action, str]  # (error, action code, advice) of a section
+
+
+@dataclass(frozen=True)
+class Tool:
+    """What a load test's tool needs said when it cannot give a result: its name as the shell
+    reports it missing, how to install it, and what to do when it hangs."""
+
+    name: str
+    install: str
+    hung: Action
+    hung_advice: str
+
+
+def launch_failure(outcome: Outcome, timeout_key: str, tool: Tool) -> Failure | None:
+    """Why a launch gave no output to read, the same way for every load test: it was killed at
+    its timeout, the connection failed, or the tool is not installed. None when there is
+    output to parse."""
+    if outcome.timed_out:
+        return f"timed out: {outcome.error} ({timeout_key})", tool.hung, tool.hung_advice
+    if outcome.error:
+        return outcome.error, Action.RERUN, "check the connection to the node and re-run"
+    if outcome.rc == 127:
+        return f"{tool.name} not found: {outcome.tail(1)}".lstrip(), Action.FIX_CONFIG, tool.install
+    return None
+
+
+def read_output(
+    outcome: Outcome,
+    tool: Tool,
+    timeout_key: str,
+    key: str,
+    parse: Callable[[str], Any],
+    unreadable: Callable[[ParseError], Failure],
+    **fields: Any,
+) -> dict[str, Any]:
+    """A load test's facts section: what every launch records, its own `fields`, and under
+    `key` what `parse` made of its stdout, or why there is none (see
+    checks.load_test_output): a failed launch, or output `parse` refused (`unreadable` says
+    what that means for this tool)."""
+    section = {
+        **fields,
+        key: None,
+        "command": outcome.command,
+        "rc": outcome.rc,
+        "duration_s": outcome.duration_s,
+        "error": None,
+        "action": None,
+        "advice": None,
+    }
+    failure = launch_failure(outcome, timeout_key, tool)
+    if failure is None:
+        try:
+            section[key] = parse(outcome.stdout)
+            return section
+        except ParseError as exc:
+            failure = unreadable(exc)
+    error, action, advice = failure
+    section.update(error=error, action=action.value, advice=advice)
+    return section
 
 
 Launch = Callable[[str, str, float], Outcome]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from gpuhealth.active.runner import ActiveContext, Outcome, Run
+from gpuhealth.active.runner import ActiveContext, Failure, Outcome, Run, Tool, read_output
 from gpuhealth.facts import skipped
 from gpuhealth.families.dcgm import parse_dcgm
 from gpuhealth.families.dcgm.limits import DcgmLimits
 from gpuhealth.parsing import ParseError
+from gpuhealth.registry import ActiveRun
 from gpuhealth.results import Action
 
 # Expected wall time of `dcgmi diag -r N` on an 8-GPU node (DCGM docs: 1 quick, 2 ~2 min,
@@ -22,56 +24,45 @@ def diag_level(limits: DcgmLimits, level: str) -> int:
     return configured if configured is not None else (3 if level == "full" else 2)
 
 
-def section_of(outcome: Outcome, level: int, timeout_key: str) -> dict[str, Any]:
-    """The `dcgm` facts section of one `dcgmi diag -r LEVEL -j` launch (see checks.py)."""
-    section: dict[str, Any] = {
-        "level": level,
-        "command": outcome.command,
-        "rc": outcome.rc,
-        "duration_s": outcome.duration_s,
-        "error": None,
-        "action": None,
-        "advice": None,
-        "diag": None,
-    }
-    text = f"{outcome.stdout}\n{outcome.stderr}"
+_DCGMI = Tool(
+    "dcgmi",
+    "install DCGM (role dcgm: datacenter-gpu-manager), or set dcgm_installed: false",
+    Action.RESET_GPU,
+    "a GPU may hang under load: check dmesg for Xid, then run the same `dcgmi diag` one GPU "
+    "at a time (`-i INDEX`)",
+)
 
-    def fail(error: str, action: Action, advice: str) -> dict[str, Any]:
-        section.update(error=error, action=action.value, advice=advice)
-        return section
 
-    if outcome.timed_out:
-        return fail(
-            f"dcgmi diag -r {level} timed out: {outcome.error} ({timeout_key})",
-            Action.RESET_GPU,
-            "a GPU may hang under load: check dmesg for Xid, then run `dcgmi diag -r "
-            f"{level} -i INDEX` one GPU at a time",
-        )
-    if outcome.error:
-        return fail(outcome.error, Action.RERUN, "check the connection to the node and re-run")
-    if outcome.rc == 127:
-        return fail(
-            f"dcgmi not found: {outcome.tail(1)}",
-            Action.FIX_CONFIG,
-            "install DCGM (role dcgm: datacenter-gpu-manager), or set dcgm_installed: false",
-        )
-    try:
-        section["diag"] = parse_dcgm.parse_diag(outcome.stdout)
-    except ParseError as exc:
-        lowered = text.lower()
+def _unreadable(outcome: Outcome) -> Callable[[ParseError], Failure]:
+    def explain(exc: ParseError) -> Failure:
+        lowered = f"{outcome.stdout}\n{outcome.stderr}".lower()
         if "host engine" in lowered or "unable to establish a connection" in lowered:
-            return fail(
+            return (
                 f"cannot reach the DCGM host engine: {outcome.tail()}",
                 Action.FIX_CONFIG,
-                "start it: `systemctl enable --now nvidia-dcgm` (nv-hostengine), then check its "
-                "log",
+                "start it: `systemctl enable --now nvidia-dcgm` (nv-hostengine), then check "
+                "its log",
             )
-        return fail(
+        return (
             f"{exc} (exit {outcome.rc}; last output: {outcome.tail()})",
             Action.RERUN,
             "read the attached output; run the same dcgmi command by hand",
         )
-    return section
+
+    return explain
+
+
+def section_of(outcome: Outcome, level: int, timeout_key: str) -> dict[str, Any]:
+    """The `dcgm` facts section of one `dcgmi diag -r LEVEL -j` launch (see checks.py)."""
+    return read_output(
+        outcome,
+        _DCGMI,
+        timeout_key,
+        "diag",
+        parse_dcgm.parse_diag,
+        _unreadable(outcome),
+        level=level,
+    )
 
 
 def launch(ctx: ActiveContext) -> Run:
@@ -80,16 +71,10 @@ def launch(ctx: ActiveContext) -> Run:
     if not limits.dcgm_installed:
         return skipped("DCGM not expected on this host (dcgm_installed: false)"), []
     level = diag_level(limits, ctx.level)
-    if level not in TIMEOUTS_S:
-        section: dict[str, Any] = {
-            "level": level,
-            "error": f"dcgm_diag_level {level} is not a DCGM run level",
-            "action": Action.FIX_CONFIG.value,
-            "advice": "set dcgm_diag_level to 1, 2, 3 or 4 (or null: 2 at standard, 3 at full)",
-            "diag": None,
-        }
-        return section, []
     timeout = limits.dcgm_diag_timeout_s or TIMEOUTS_S[level]
     name = f"dcgmi-diag-r{level}"
     outcome = ctx.launch(name, f"dcgmi diag -r {level} -j", timeout)
     return section_of(outcome, level, "dcgm_diag_timeout_s"), [(name, outcome)]
+
+
+RUNS = (ActiveRun("dcgm", "standard", launch),)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
-from gpuhealth.config import Count, FamilyLimits, Flag, Seconds
+from gpuhealth.config import FamilyLimits, Flag, Seconds
 
 
 class DcgmLimits(FamilyLimits):
@@ -13,7 +15,7 @@ class DcgmLimits(FamilyLimits):
     dcgm_installed: Flag = Field(
         False, description="nvidia-dcgm is installed on the node and must run"
     )
-    dcgm_diag_level: Count | None = Field(
+    dcgm_diag_level: Literal[1, 2, 3, 4] | None = Field(
         None, description="dcgmi diag -r level (null: 2 at standard, 3 at full)"
     )
     dcgm_diag_timeout_s: Seconds | None = Field(

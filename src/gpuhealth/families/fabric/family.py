@@ -1,13 +1,5 @@
 """The fabric family: EFA on AWS, InfiniBand elsewhere, as the host's `fabric` says."""
 
-from gpuhealth.families.fabric import checks, evidence, limits
-from gpuhealth.registry import Family
+from gpuhealth.registry import declare
 
-FAMILY = Family(
-    name="fabric",
-    title="Fabric",
-    checks=checks.CHECKS,
-    limits=limits.FabricLimits,
-    sections=("fabric",),
-    evidence=evidence.KINDS,
-)
+FAMILY = declare(__package__, "Fabric", ("fabric",))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -15,8 +15,8 @@ class FabricLimits(FamilyLimits):
     fabric: Literal["none", "efa", "infiniband"] = Field(
         "none", description="the node's RDMA fabric: none, efa or infiniband"
     )
-    efa_devices_expected: Count | None = Field(
-        None, description="EFA devices (efa driver, fi_info RDM domains)"
+    efa_devices_expected: Annotated[Count, Field(ge=1)] | None = Field(
+        None, description="EFA devices (efa driver, fi_info RDM domains); null: at least 1"
     )
     fi_info_timeout_s: Seconds = Field(30, description="how long the probe waits for fi_info")
     ib_ports_expected: Count | None = Field(

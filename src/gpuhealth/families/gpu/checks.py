@@ -91,7 +91,7 @@ def gpu_count(node: NodeView) -> Result:
     )
 
 
-@CHECKS.node("gpu_uniformity", "inventory", "normal")
+@CHECKS.node("gpu_uniformity", "inventory", severity="normal")
 def gpu_uniformity(node: NodeView) -> Result:
     """All GPUs of the node are the same model on the same VBIOS family (and profile prefix)."""
     gpus = _records(node)
@@ -133,7 +133,7 @@ def _by_index(item: tuple[Any, Any]) -> int:
     return item[0] if isinstance(item[0], int) else -1
 
 
-@CHECKS.node("persistence_mode", "driver", "normal")
+@CHECKS.node("persistence_mode", "driver", severity="normal")
 def persistence_mode(node: NodeView) -> Result:
     """Persistence mode is on for every GPU (nvidia-persistenced running)."""
     gpus = _records(node)
@@ -310,7 +310,7 @@ def throttle(node: NodeView, gpu: dict[str, Any]) -> Result:
     return passed(f"no slowdown active ({', '.join(active) or 'none'})")
 
 
-@CHECKS.gpu("power", "power", "normal")
+@CHECKS.gpu("power", "power", severity="normal")
 def power(node: NodeView, gpu: dict[str, Any]) -> Result:
     """Power draw within the enforced limit, and the limit not capped below the SKU's."""
     lim = _limits(node)
@@ -344,24 +344,19 @@ def pcie_link(node: NodeView, gpu: dict[str, Any]) -> Result:
     want_gen, want_width = lim.pcie_gen_expected, lim.pcie_width_expected
     gen, gen_max = link.get("gen_current"), link.get("gen_max")
     width, width_max = link.get("width_current"), link.get("width_max")
-    if want_width is not None:
-        if width is None:
-            return failed("PCIe link width not reported", Action.RERUN)
-        if width < want_width:
-            return failed(
-                f"PCIe link x{width}, expected x{want_width} (max x{width_max})",
-                Action.INSPECT,
-                _RESEAT,
-            )
-    if want_gen is not None:
-        if gen_max is None:
-            return failed("PCIe link generation not reported", Action.RERUN)
-        if gen_max < want_gen:
-            return failed(
-                f"PCIe link capable of gen{gen_max}, expected gen{want_gen}",
-                Action.INSPECT,
-                _RESEAT,
-            )
+    # The width must be trained to the expected lanes, the generation only capable of the
+    # expected speed: an idle GPU drops its link speed to save power.
+    shortfalls = (
+        ("width", width, want_width, f"x{width}, expected x{want_width} (max x{width_max})"),
+        ("generation", gen_max, want_gen, f"capable of gen{gen_max}, expected gen{want_gen}"),
+    )
+    for what, value, wanted, shortfall in shortfalls:
+        if wanted is None:
+            continue
+        if value is None:
+            return failed(f"PCIe link {what} not reported", Action.RERUN)
+        if value < wanted:
+            return failed(f"PCIe link {shortfall}", Action.INSPECT, _RESEAT)
     if gen is not None and gen_max is not None and gen < gen_max:
         idle = "gpu_idle" in ((gpu.get("clock_event_reasons") or {}).get("active") or [])
         if not idle:
@@ -398,7 +393,7 @@ def nvlink(node: NodeView, gpu: dict[str, Any]) -> Result:
     return passed(f"{len(up)} NVLink links up")
 
 
-@CHECKS.gpu("idle_processes", "processes", "normal")
+@CHECKS.gpu("idle_processes", "processes", severity="normal")
 def idle_processes(node: NodeView, gpu: dict[str, Any]) -> Result:
     """No stray compute processes and little GPU memory in use on an idle node.
 

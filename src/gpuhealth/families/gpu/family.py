@@ -1,13 +1,5 @@
 """The GPU family: the driver gate and the health of every GPU, first of the families."""
 
-from gpuhealth.families.gpu import checks, evidence, limits
-from gpuhealth.registry import Family
+from gpuhealth.registry import declare
 
-FAMILY = Family(
-    name="gpu",
-    title="GPUs",
-    checks=checks.CHECKS,
-    limits=limits.GpuLimits,
-    sections=("source", "driver", "gpu_count", "gpus"),
-    evidence=evidence.KINDS,
-)
+FAMILY = declare(__package__, "GPUs", ("source", "driver", "gpu_count", "gpus"))

@@ -48,7 +48,7 @@ Section = Union[Dict[str, str], str]
 class RawGpu:
     """The raw strings of one GPU as found in the output; a missing key means "not printed".
 
-    `fields` uses the canonical names listed in `FIELD_NAMES`. The sections keep nvidia-smi's
+    `fields` uses the canonical names of the parsers' field tables. The sections keep nvidia-smi's
     own leaf names ("volatile/sram_correctable", "Volatile/SRAM Correctable"), which
     `build_gpu` maps through `norm`, so XML and text share one name table.
     """
@@ -70,37 +70,14 @@ class RawGpu:
         self.processes = processes
 
 
-FIELD_NAMES = (
-    "name",
-    "uuid",
-    "serial",
-    "pci_bus_id",
-    "pci_device_id",
-    "architecture",
-    "vbios_version",
-    "persistence_mode",
-    "memory_total",
-    "memory_used",
-    "temperature",
-    "tlimit_margin",
-    "shutdown_abs",
-    "slowdown_abs",
-    "max_operating_abs",
-    "shutdown_offset",
-    "slowdown_offset",
-    "max_operating_offset",
-    "ecc_mode",
-    "power_draw",
-    "power_draw_average",
-    "power_draw_instant",
-    "power_limit",
-    "pcie_gen_current",
-    "pcie_gen_max",
-    "pcie_width_current",
-    "pcie_width_max",
-    "replay_count",
-    "recovery_action",
-)
+def pick(leaves: Dict[str, str], table: Dict[str, Tuple[str, ...]]) -> Dict[str, str]:
+    """The raw value of each canonical field: the first of its candidate paths present."""
+    fields = {}
+    for name, paths in table.items():
+        found = next((leaves[path] for path in paths if path in leaves), None)
+        if found is not None:
+            fields[name] = found
+    return fields
 
 
 def norm(name: str) -> str:
@@ -138,48 +115,31 @@ def convert(raw: str, conv: Callable[[str], Any]) -> Tuple[Any, Optional[Unavail
         return None, Unavailable("error", f"cannot read {raw.strip()!r}")
 
 
-_NUMBER = re.compile(r"^(-?\d+(?:\.\d+)?)\s*([A-Za-z%/()]*)$")
+# A number and its unit as nvidia-smi prints it; bounded, so absurd input is refused, not parsed.
+_NUMBER = re.compile(r"^(-?\d{1,15}(?:\.\d{1,15})?)\s*([A-Za-z%/()]{0,8})$")
 
 
-def _number(text: str, units: Tuple[str, ...]) -> str:
-    match = _NUMBER.match(text)
-    if match is None:
-        raise ValueError(text)
-    number, unit = match.groups()
-    if unit.lower() not in tuple(u.lower() for u in units):
-        raise ValueError(text)
-    return number
+def _unit(cast: Callable[[str], Any], unit: str = "", signed: bool = False) -> Callable[[str], Any]:
+    """A converter of "<number> <unit>" strings; negative values only where `signed`."""
+
+    def convert(text: str) -> Any:
+        match = _NUMBER.match(text)
+        if match is None or match.group(2).lower() != unit.lower():
+            raise ValueError(text)
+        value = cast(match.group(1))
+        if value < 0 and not signed:
+            raise ValueError(text)
+        return value
+
+    return convert
 
 
-def to_count(text: str) -> int:
-    """Plain integer counter ("67")."""
-    return int(_number(text, ("",)))
-
-
-def to_mib(text: str) -> int:
-    """ "81559 MiB" -> 81559."""
-    return int(_number(text, ("MiB",)))
-
-
-def to_celsius(text: str) -> int:
-    """ "29 C" -> 29, "-2 C" -> -2 (T.Limit offsets are negative past the limit)."""
-    return int(_number(text, ("C",)))
-
-
-def to_watts(text: str) -> float:
-    """ "67.74 W" -> 67.74."""
-    return float(_number(text, ("W",)))
-
-
-def to_link_width(text: str) -> int:
-    """ "16x" -> 16."""
-    return int(_number(text, ("x",)))
-
-
-def to_link_gen(text: str) -> int:
-    """ "5" -> 5."""
-    return int(_number(text, ("",)))
-
+to_count = _unit(int)  # "67" (a counter is never negative)
+to_mib = _unit(int, "MiB")  # "81559 MiB"
+to_celsius = _unit(int, "C", signed=True)  # "29 C"; T.Limit offsets are negative past the limit
+to_watts = _unit(float, "W")  # "67.74 W"
+to_link_width = _unit(int, "x")  # "16x"
+to_link_gen = _unit(int)  # "5"
 
 _TRUE = {"enabled", "active", "yes", "true", "on"}
 _FALSE = {"disabled", "notactive", "no", "false", "off"}
@@ -428,13 +388,13 @@ class _Builder:
                 )
 
     def section_values(
-        self,
-        section: Dict[str, str],
-        table: Dict[str, str],
-        what: str,
-        convs: Dict[str, Callable[[str], Any]],
-    ) -> Tuple[Dict[str, List[Any]], Optional[Unavailable]]:
-        """Convert the known leaves of a section; the first unreadable one makes it an error."""
+        self, key: str, table: Dict[str, str], what: str, convs: Dict[str, Callable[[str], Any]]
+    ) -> Optional[Dict[str, List[Any]]]:
+        """The known leaves of section `key`, converted; None once `key` is marked unavailable
+        (see leaves), the first unreadable leaf making it an error."""
+        section = self.leaves(key, getattr(self.raw, key), what)
+        if section is None:
+            return None
         values: Dict[str, List[Any]] = {}
         for path, raw in section.items():
             part = table.get(norm(path))
@@ -442,12 +402,25 @@ class _Builder:
                 continue
             value, reason = convert(raw, convs[part])
             if reason is not None and reason.kind == "error":
-                return {}, Unavailable("error", f"{what} {path}: {reason.detail}")
+                self.unavailable(key, Unavailable("error", f"{what} {path}: {reason.detail}"))
+                return None
             values.setdefault(part, []).append(value)
-        return values, None
+        return values
 
-    def whole_section_reason(self, text: str, what: str) -> Unavailable:
-        return special(text) or Unavailable("error", f"unexpected {what} text {text.strip()!r}")
+    def leaves(self, key: str, section: Any, what: str) -> Any:
+        """A section's leaves, or None once `key` is marked unavailable: the section is missing,
+        or nvidia-smi printed one word (N/A, [Not Supported]) or garbage in its place."""
+        if section is None:
+            self.unavailable(key, self.missing)
+            return None
+        if isinstance(section, str):
+            self.unavailable(
+                key,
+                special(section)
+                or Unavailable("error", f"unexpected {what} text {section.strip()!r}"),
+            )
+            return None
+        return section
 
     # ---- compound keys
 
@@ -461,12 +434,8 @@ class _Builder:
             if reason is not None and reason.kind == "not_supported":
                 self.unavailable("ecc", Unavailable("not_supported", f"ECC mode: {reason.detail}"))
                 return
-        section = self.raw.ecc
+        section = self.leaves("ecc", self.raw.ecc, "ECC errors")
         if section is None:
-            self.unavailable("ecc", self.missing)
-            return
-        if isinstance(section, str):
-            self.unavailable("ecc", self.whole_section_reason(section, "ECC errors"))
             return
         groups: Dict[str, Dict[str, Optional[int]]] = {"volatile": {}, "aggregate": {}}
         for path, raw in section.items():
@@ -492,21 +461,13 @@ class _Builder:
         self.gpu["ecc"] = result
 
     def retired_pages(self) -> None:
-        section = self.raw.retired_pages
-        if section is None:
-            self.unavailable("retired_pages", self.missing)
-            return
-        if isinstance(section, str):
-            self.unavailable("retired_pages", self.whole_section_reason(section, "retired pages"))
-            return
-        values, reason = self.section_values(
-            section,
+        values = self.section_values(
+            "retired_pages",
             _RETIRED_PARTS,
             "retired pages",
             {"single_bit": to_count, "double_bit": to_count, "pending": to_bool},
         )
-        if reason is not None:
-            self.unavailable("retired_pages", reason)
+        if values is None:
             return
         single, double = _first(values, "single_bit"), _first(values, "double_bit")
         pending_flags = [v for v in values.get("pending", []) if v is not None]
@@ -517,15 +478,8 @@ class _Builder:
         self.gpu["retired_pages"] = {"single_bit": single, "double_bit": double, "pending": pending}
 
     def remapped_rows(self) -> None:
-        section = self.raw.remapped_rows
-        if section is None:
-            self.unavailable("remapped_rows", self.missing)
-            return
-        if isinstance(section, str):
-            self.unavailable("remapped_rows", self.whole_section_reason(section, "remapped rows"))
-            return
-        values, reason = self.section_values(
-            section,
+        values = self.section_values(
+            "remapped_rows",
             _REMAP_PARTS,
             "remapped rows",
             {
@@ -535,8 +489,7 @@ class _Builder:
                 "failure": to_bool,
             },
         )
-        if reason is not None:
-            self.unavailable("remapped_rows", reason)
+        if values is None:
             return
         rows = {
             k: _first(values, k) for k in ("correctable", "uncorrectable", "pending", "failure")
@@ -547,14 +500,8 @@ class _Builder:
         self.gpu["remapped_rows"] = rows
 
     def clock_event_reasons(self) -> None:
-        items = self.raw.clock_reasons
+        items = self.leaves("clock_event_reasons", self.raw.clock_reasons, "clock event reasons")
         if items is None:
-            self.unavailable("clock_event_reasons", self.missing)
-            return
-        if isinstance(items, str):
-            self.unavailable(
-                "clock_event_reasons", self.whole_section_reason(items, "clock event reasons")
-            )
             return
         active: List[str] = []
         read: Set[str] = set()
@@ -641,14 +588,11 @@ class _Builder:
 
     def processes(self) -> None:
         procs = self.raw.processes
-        if procs is None:
-            self.unavailable("processes", self.missing)
+        if isinstance(procs, str) and procs.strip() in ("", "None"):
+            self.gpu["processes"] = []
             return
-        if isinstance(procs, str):
-            if procs.strip() in ("", "None"):
-                self.gpu["processes"] = []
-            else:
-                self.unavailable("processes", self.whole_section_reason(procs, "processes"))
+        procs = self.leaves("processes", procs, "processes")
+        if procs is None:
             return
         result = []
         for proc in procs:
@@ -782,3 +726,36 @@ def count_errors(probe: str, attached: Optional[int], parsed: int) -> List[Dict[
     else:
         what = "more GPU sections than attached GPUs"
     return [{"probe": probe, "error": f"{what}: attached {attached}, parsed {parsed}"}]
+
+
+def assemble(
+    probe: str,
+    raws: List[RawGpu],
+    versions: Tuple[Optional[str], Optional[str], Optional[str]],
+    missing: Unavailable,
+) -> Dict[str, Any]:
+    """The facts fragment (driver, gpu_count, gpus, errors) from the GPUs both parsers found.
+
+    `versions` are the raw driver version, CUDA version and attached-GPU count. Output with
+    fewer GPU sections than it says are attached is reported in `errors`, and what its last
+    GPU section lacks is kind `error` (cut off), not `missing` (not printed).
+    """
+    driver_version, cuda, attached = versions
+    gpu_count = attached_count(attached)
+    errors = count_errors(probe, gpu_count, len(raws))
+    cut = Unavailable(
+        "error", f"output truncated (attached {gpu_count}, parsed {len(raws)}) before this field"
+    )
+    truncated = gpu_count is not None and len(raws) < gpu_count
+    gpus = []
+    for index, raw in enumerate(raws):
+        gone = cut if truncated and index == len(raws) - 1 else missing
+        gpu, notes = build_gpu(index, raw, driver_version=driver_version, missing=gone)
+        gpus.append(gpu)
+        errors.extend({"probe": probe, "error": f"GPU {index}: {note}"} for note in notes)
+    return {
+        "driver": build_driver(driver_version, cuda),
+        "gpu_count": gpu_count,
+        "gpus": gpus,
+        "errors": errors,
+    }

@@ -17,11 +17,9 @@ from gpuhealth.families.gpu.parse_smi import (
     RawGpu,
     Section,
     Unavailable,
-    attached_count,
-    build_driver,
-    build_gpu,
-    count_errors,
+    assemble,
     norm,
+    pick,
 )
 from gpuhealth.parsing import ParseError
 
@@ -184,21 +182,14 @@ def _raw_gpu(gpu: _Node, bus_id: str) -> RawGpu:
     leaves = {
         "/".join(norm(p) for p in path.split("/")): value for path, value in _leaves(gpu).items()
     }
-    fields: Dict[str, str] = {}
-    for name, paths in _NORM_FIELDS.items():
-        for path in paths:
-            if path in leaves:
-                fields[name] = leaves[path]
-                break
+    fields = pick(leaves, _NORM_FIELDS)
     fields.setdefault("pci_bus_id", bus_id)
-    return RawGpu(
-        fields=fields,
-        ecc=_section(gpu, "ECC Errors"),
-        retired_pages=_section(gpu, "Retired Pages"),
-        remapped_rows=_section(gpu, "Remapped Rows"),
-        clock_reasons=_clock_reasons(gpu),
-        processes=_processes(gpu),
+    ecc, retired, remapped = (
+        _section(gpu, "ECC Errors"),
+        _section(gpu, "Retired Pages"),
+        _section(gpu, "Remapped Rows"),
     )
+    return RawGpu(fields, ecc, retired, remapped, _clock_reasons(gpu), _processes(gpu))
 
 
 def parse(text: str) -> Dict[str, Any]:
@@ -230,27 +221,8 @@ def parse(text: str) -> Dict[str, Any]:
         node = header.get(norm(label))
         return None if node is None else node.value
 
-    driver_version = top("Driver Version")
-    gpu_count = attached_count(top("Attached GPUs"))
-    errors = count_errors(PROBE_TEXT, gpu_count, len(blocks))
-    truncated = gpu_count is not None and len(blocks) < gpu_count
-    absent = Unavailable("absent", "not in nvidia-smi -q output")
-    cut = Unavailable(
-        "error",
-        f"nvidia-smi -q output truncated (attached {gpu_count}, "
-        f"parsed {len(blocks)}) before this field",
+    raws = [_raw_gpu(node, bus_id) for node, bus_id in blocks]
+    versions = (top("Driver Version"), top("CUDA Version"), top("Attached GPUs"))
+    return assemble(
+        PROBE_TEXT, raws, versions, Unavailable("absent", "not in nvidia-smi -q output")
     )
-    gpus = []
-    for index, (node, bus_id) in enumerate(blocks):
-        missing = cut if truncated and index == len(blocks) - 1 else absent
-        gpu, notes = build_gpu(
-            index, _raw_gpu(node, bus_id), driver_version=driver_version, missing=missing
-        )
-        gpus.append(gpu)
-        errors.extend({"probe": PROBE_TEXT, "error": f"GPU {index}: {note}"} for note in notes)
-    return {
-        "driver": build_driver(driver_version, top("CUDA Version")),
-        "gpu_count": gpu_count,
-        "gpus": gpus,
-        "errors": errors,
-    }

@@ -13,16 +13,7 @@ import re
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 from xml.etree import ElementTree
 
-from gpuhealth.families.gpu.parse_smi import (
-    PROBE_XML,
-    RawGpu,
-    Section,
-    Unavailable,
-    attached_count,
-    build_driver,
-    build_gpu,
-    count_errors,
-)
+from gpuhealth.families.gpu.parse_smi import PROBE_XML, RawGpu, Section, Unavailable, assemble, pick
 from gpuhealth.parsing import ParseError
 
 # Canonical field -> paths below <gpu>, first present wins.
@@ -124,22 +115,15 @@ def _processes(gpu: ElementTree.Element) -> Optional[Union[List[Dict[str, str]],
 
 def _raw_gpu(gpu: ElementTree.Element) -> RawGpu:
     leaves = _leaves(gpu)
-    fields: Dict[str, str] = {}
-    for name, paths in _FIELDS.items():
-        for path in paths:
-            if path in leaves:
-                fields[name] = leaves[path]
-                break
+    fields = pick(leaves, _FIELDS)
     if "pci_bus_id" not in fields and gpu.get("id"):
         fields["pci_bus_id"] = gpu.get("id", "")
-    return RawGpu(
-        fields=fields,
-        ecc=_section(gpu, "ecc_errors"),
-        retired_pages=_section(gpu, "retired_pages"),
-        remapped_rows=_section(gpu, "remapped_rows"),
-        clock_reasons=_clock_reasons(gpu),
-        processes=_processes(gpu),
+    ecc, retired, remapped = (
+        _section(gpu, "ecc_errors"),
+        _section(gpu, "retired_pages"),
+        _section(gpu, "remapped_rows"),
     )
+    return RawGpu(fields, ecc, retired, remapped, _clock_reasons(gpu), _processes(gpu))
 
 
 def _line_of(text: str, needle: str) -> int:
@@ -174,25 +158,10 @@ def parse(
         elem = root.find(tag)
         return None if elem is None else (elem.text or "").strip()
 
-    driver_version = top("driver_version")
-    gpu_elems = root.findall("gpu")
-    gpu_count = attached_count(top("attached_gpus"))
     dtd = re.search(r"nvsmi_device_(v\d+)\.dtd", text[:500])
     missing = Unavailable(
         "absent", "not in nvidia-smi -q -x output" + (f" (DTD {dtd.group(1)})" if dtd else "")
     )
-
-    errors = count_errors(PROBE_XML, gpu_count, len(gpu_elems))
-    gpus = []
-    for index, elem in enumerate(gpu_elems):
-        gpu, notes = build_gpu(
-            index, _raw_gpu(elem), driver_version=driver_version, missing=missing
-        )
-        gpus.append(gpu)
-        errors.extend({"probe": PROBE_XML, "error": f"GPU {index}: {note}"} for note in notes)
-    return {
-        "driver": build_driver(driver_version, top("cuda_version")),
-        "gpu_count": gpu_count,
-        "gpus": gpus,
-        "errors": errors,
-    }
+    raws = [_raw_gpu(elem) for elem in root.findall("gpu")]
+    versions = (top("driver_version"), top("cuda_version"), top("attached_gpus"))
+    return assemble(PROBE_XML, raws, versions, missing)

@@ -110,7 +110,7 @@ def critical_events(record: dict[str, Any]) -> list[dict[str, Any]]:
     return [e for e in record.get("events") or [] if e.get("type") in CRITICAL_TYPES]
 
 
-@CHECKS.node("gpud_events", "gpud", "normal", section="gpud_events")
+@CHECKS.node("gpud_events", "gpud", severity="normal", section="gpud_events")
 def gpud_events(node: NodeView) -> Result:
     """No Critical or Fatal GPUd events in the window (the states say what is still wrong)."""
     record = section(node, "gpud_events")

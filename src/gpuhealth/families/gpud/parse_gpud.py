@@ -11,24 +11,17 @@ People paste a whole response, one element of it, or the bare list a component's
 `trigger-check` returns: each of these is accepted.
 """
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from gpuhealth.parsing import ParseError, load_json
 
 HEALTHY = "Healthy"
-_HEALTH = {
-    "healthy": "Healthy",
-    "unhealthy": "Unhealthy",
-    "degraded": "Degraded",
-    "initializing": "Initializing",
-}
+_HEALTH = {name.lower(): name for name in (HEALTHY, "Unhealthy", "Degraded", "Initializing")}
 
 
 def load(text: str, what: str) -> Any:
     """The JSON document; anything else is a ParseError naming the line."""
-    stripped = text.lstrip()
-    doc = load_json(stripped, what)
-    return doc
+    return load_json(text.lstrip(), what, whole=True)
 
 
 def _items(doc: Any) -> List[Dict[str, Any]]:
@@ -74,19 +67,26 @@ def _text(value: Any) -> Optional[str]:
     return None if value is None or value == "" else str(value)
 
 
+def _components(doc: Any, key: str) -> List[Tuple[str, Optional[List[Dict[str, Any]]]]]:
+    """(component, its states or events, None when GPUd gave null) of a response."""
+    if doc == []:
+        return []
+    if kind(doc) != key:
+        raise ParseError(f"not a GPUd /v1/{key} response (no {key!r})")
+    found = []
+    for item in _items(doc):
+        component = str(item.get("component") or "unknown")
+        found.append((component, _nested(item, key, component)))
+    return found
+
+
 def states(doc: Any) -> List[Dict[str, Any]]:
     """Every HealthState, flattened, each naming its component.
 
     A component whose states are null gets one entry with `health` null: unknown, not healthy.
     """
-    if doc == []:
-        return []
-    if kind(doc) != "states":
-        raise ParseError("not a GPUd /v1/states response (no 'states' or 'health')")
     flat: List[Dict[str, Any]] = []
-    for item in _items(doc):
-        component = str(item.get("component") or "unknown")
-        nested = _nested(item, "states", component)
+    for component, nested in _components(doc, "states"):
         if nested is None:
             flat.append(
                 {
@@ -104,8 +104,10 @@ def states(doc: Any) -> List[Dict[str, Any]]:
         for state in nested:
             name = str(state.get("component") or component)
             actions = state.get("suggested_actions") or {}
-            listed = actions.get("repair_actions") if isinstance(actions, dict) else None
-            if listed is not None and not isinstance(listed, list):
+            if not isinstance(actions, dict):
+                raise ParseError(f"GPUd component {name!r}: suggested_actions is not an object")
+            listed = actions.get("repair_actions") or []
+            if not isinstance(listed, list):
                 raise ParseError(f"GPUd component {name!r}: repair_actions is not a list")
             flat.append(
                 {
@@ -114,10 +116,8 @@ def states(doc: Any) -> List[Dict[str, Any]]:
                     "health": _health(state, name),
                     "reason": _text(state.get("reason")),
                     "error": _text(state.get("error")),
-                    "repair_actions": [str(a) for a in listed or []],
-                    "description": _text(actions.get("description"))
-                    if isinstance(actions, dict)
-                    else None,
+                    "repair_actions": [str(a) for a in listed],
+                    "description": _text(actions.get("description")),
                     "time": _text(state.get("time")),
                 }
             )
@@ -130,25 +130,19 @@ def events(doc: Any) -> List[Dict[str, Any]]:
     A component whose events are null gets one entry with `type` null and `unknown` true: GPUd
     does not say whether there were none or whether it failed to read them.
     """
-    if doc == []:
-        return []
-    if kind(doc) != "events":
-        raise ParseError("not a GPUd /v1/events response (no 'events')")
     flat: List[Dict[str, Any]] = []
-    for item in _items(doc):
-        component = str(item.get("component") or "unknown")
-        nested = _nested(item, "events", component)
+    for component, nested in _components(doc, "events"):
         if nested is None:
             flat.append({"component": component, "type": None, "unknown": True})
             continue
-        for event in nested:
-            flat.append(
-                {
-                    "component": str(event.get("component") or component),
-                    "time": _text(event.get("time")),
-                    "name": _text(event.get("name")),
-                    "type": _text(event.get("type")),
-                    "message": _text(event.get("message")),
-                }
-            )
+        flat.extend(
+            {
+                "component": str(event.get("component") or component),
+                "time": _text(event.get("time")),
+                "name": _text(event.get("name")),
+                "type": _text(event.get("type")),
+                "message": _text(event.get("message")),
+            }
+            for event in nested
+        )
     return flat

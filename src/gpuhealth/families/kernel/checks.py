@@ -7,7 +7,12 @@ where the log was read (live) or at the log's newest entry (triage, which has no
 
 from __future__ import annotations
 
-from typing import Any
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict
 
 from gpuhealth.checks import CheckSet, NodeView, StopCheck, detail, need, require_nvidia, section
 from gpuhealth.families.kernel.limits import KernelLimits
@@ -17,109 +22,40 @@ from gpuhealth.results import Action, Result, Status, failed, passed, skipped
 CHECKS = CheckSet("kernel")
 FAIL, WARN = Status.FAIL, Status.WARN
 
-# XID -> (verdict, meaning, action code, advice). Sources: NVIDIA's XID catalog, "Resolution
-# Bucket" columns (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, mirrored in
-# leptonai/gpud components/accelerator/nvidia/xid/catalog_generated.go); NVIDIA's GPU memory
-# error management guide (row remapping: 63 pending until reset, 64 failure, 94 contained,
-# 95 uncontained); GPUd's curated table (components/accelerator/nvidia/xid/xid.go: 48, 63, 64,
-# 74, 79, 95, 119 ask for a reboot and hardware inspection if they recur; 13, 31, 43, 45 are
-# the application's); ../shared/reference/nvml-and-tools.md section 8. Hardware and driver
-# XIDs fail; application XIDs and XIDs not listed here warn.
-_RESET = "drain the node and reset the GPU (nvidia-smi -r -i INDEX) or reboot"
-_APP = (
-    "check the user application (compute-sanitizer, cuda-gdb); if other jobs hit it too, reset "
-    "the GPU"
-)
-_NVLINK = (
-    "drain and reboot; if it recurs, check `nvidia-smi nvlink -e` and the NVSwitch/fabric manager "
-    "logs and have the NVLink path (baseboard) inspected"
-)
-Rule = tuple[Status, str, Action, str]
-XID_TABLE: dict[int, Rule] = {
-    13: (WARN, "graphics engine exception", Action.CHECK_APP, _APP),
-    31: (WARN, "GPU memory page fault", Action.CHECK_APP, _APP),
-    43: (WARN, "GPU stopped processing, channel reset", Action.CHECK_APP, _APP),
-    45: (
-        WARN,
-        "preemptive cleanup after earlier errors",
-        Action.CHECK_APP,
-        "look for the XID that preceded it",
-    ),
-    46: (FAIL, "GPU stopped processing", Action.RESET_GPU, _RESET),
-    48: (
-        FAIL,
-        "double-bit ECC error, DBE",
-        Action.RESET_GPU,
-        "drain the node and reset the GPU (or reboot); RMA the GPU if DBEs recur",
-    ),
-    54: (
-        FAIL,
-        "auxiliary power not connected",
-        Action.INSPECT,
-        "check the GPU's power cables and reseat them",
-    ),
-    61: (FAIL, "internal micro-controller breakpoint", Action.RESET_GPU, _RESET),
-    62: (FAIL, "internal micro-controller halt", Action.RESET_GPU, _RESET),
-    63: (
-        FAIL,
-        "row remap / page retirement recorded, pending reset",
-        Action.RESET_GPU,
-        "drain the node and reset the GPU (or reboot) to apply the remap",
-    ),
-    64: (FAIL, "row remap / page retirement failed", Action.RMA, "drain the node and RMA the GPU"),
-    74: (FAIL, "NVLink error", Action.REBOOT_NODE, _NVLINK),
-    79: (
-        FAIL,
-        "GPU has fallen off the bus",
-        Action.REBOOT_NODE,
-        "drain and power-cycle the node; reseat the GPU and check its power; RMA if it recurs",
-    ),
-    92: (
-        WARN,
-        "high single-bit ECC error rate",
-        Action.INSPECT,
-        "watch the ECC trend; RMA if it keeps rising",
-    ),
-    94: (
-        FAIL,
-        "contained ECC error",
-        Action.RESET_GPU,
-        "restart the affected job, then drain the node and reset the GPU to remap the row",
-    ),
-    95: (
-        FAIL,
-        "uncontained ECC error",
-        Action.REBOOT_NODE,
-        "drain and reboot the node (reset the GPU if MIG is on); RMA if it recurs",
-    ),
-    109: (FAIL, "context switch timeout", Action.RESET_GPU, _RESET),
-    110: (FAIL, "security fault", Action.RESET_GPU, _RESET),
-    119: (
-        FAIL,
-        "GSP RPC timeout",
-        Action.RESET_GPU,
-        "drain the node and reset the GPU or reboot; if it recurs, update the driver",
-    ),
-    120: (
-        FAIL,
-        "GSP error",
-        Action.RESET_GPU,
-        "drain the node and reset the GPU or reboot; if it recurs, update the driver",
-    ),
-    136: (FAIL, "NVLink link training failed", Action.REBOOT_NODE, _NVLINK),
-    140: (FAIL, "unrecovered ECC error", Action.RESET_GPU, _RESET + "; RMA if it recurs"),
-    143: (FAIL, "GPU initialization error", Action.RESET_GPU, _RESET),
-    **{code: (FAIL, "NVLink5 error", Action.REBOOT_NODE, _NVLINK) for code in range(144, 151)},
-    154: (
-        FAIL,
-        "GPU recovery action changed",
-        Action.RESET_GPU,
-        "do what NVML's recovery action says (see the recovery_action check)",
-    ),
-    155: (FAIL, "NVLink software-defined error", Action.RESET_GPU, _RESET),
-    156: (FAIL, "resource retirement event", Action.RESET_GPU, _RESET),
-    158: (FAIL, "GPU fatal timeout", Action.RESET_GPU, _RESET),
-}
+Rule = tuple[Status, str, Action, str]  # (verdict, meaning, action code, advice)
+
+
+class _XidRule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    verdict: Literal["FAIL", "WARN"]
+    meaning: str
+    action: Action
+    advice: str
+    source: str
+
+
+class _XidTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    advice: dict[str, str]
+    xids: dict[int, _XidRule]
+
+
+@cache
+def xid_table() -> dict[int, Rule]:
+    """The XID table (xids.yml, with the source of every entry) as rules by XID."""
+    text = (resources.files(__package__) / "xids.yml").read_text()
+    table = _XidTable.model_validate(yaml.safe_load(text))
+    return {
+        code: (
+            Status(rule.verdict),
+            rule.meaning,
+            rule.action,
+            table.advice.get(rule.advice, rule.advice),
+        )
+        for code, rule in table.xids.items()
+    }
+
+
 _UNKNOWN_XID: Rule = (
     WARN,
     "not in gpuhealth's XID table",
@@ -211,7 +147,7 @@ class _Window:
 
 
 def _xid_rule(code: int) -> Rule:
-    return XID_TABLE.get(code, _UNKNOWN_XID)
+    return xid_table().get(code, _UNKNOWN_XID)
 
 
 def _when(group: dict[str, Any], which: str) -> str:

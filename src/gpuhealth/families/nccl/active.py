@@ -11,12 +11,21 @@ import posixpath
 import shlex
 from typing import Any
 
-from gpuhealth.active.runner import ActiveContext, Outcome, Run, shell_args
+from gpuhealth.active.runner import (
+    ActiveContext,
+    Failure,
+    Outcome,
+    Run,
+    Tool,
+    read_output,
+    shell_args,
+)
 from gpuhealth.checks import gpu_slots
 from gpuhealth.facts import skipped
 from gpuhealth.families.nccl import parse_nccl_tests
 from gpuhealth.families.nccl.limits import NcclLimits
 from gpuhealth.parsing import ParseError
+from gpuhealth.registry import ActiveRun
 from gpuhealth.results import Action
 
 
@@ -54,55 +63,44 @@ def multi_command(
     )
 
 
+def _tool(timeout_key: str) -> Tool:
+    return Tool(
+        "",
+        "install nccl-tests (role nccl_tests; built with MPI=1 for multi-node) or set "
+        "nccl_tests_dir / nccl_launcher to where they are",
+        Action.DRAIN,
+        "look for a hung GPU or link (dmesg Xid, `nvidia-smi`) and re-run; raise "
+        f"{timeout_key} only if the sweep legitimately takes longer",
+    )
+
+
 def section_of(outcome: Outcome, hosts: list[str], timeout_key: str) -> dict[str, Any]:
     """The `nccl` facts section of one nccl-tests launch (see checks.py)."""
-    section: dict[str, Any] = {
-        "nodes": len(hosts),
-        "hosts": list(hosts),
-        "command": outcome.command,
-        "rc": outcome.rc,
-        "duration_s": outcome.duration_s,
-        "error": None,
-        "action": None,
-        "advice": None,
-        "exit_note": None,
-        "run": None,
-    }
 
-    def fail(error: str, action: Action, advice: str) -> dict[str, Any]:
-        section.update(error=error, action=action.value, advice=advice)
-        return section
-
-    if outcome.timed_out:
-        return fail(
-            f"timed out: {outcome.error} ({timeout_key}); the partial log is attached",
-            Action.DRAIN,
-            "look for a hung GPU or link (dmesg Xid, `nvidia-smi`) and re-run; raise "
-            f"{timeout_key} only if the sweep legitimately takes longer",
-        )
-    if outcome.error:
-        return fail(outcome.error, Action.RERUN, "check the connection to the node and re-run")
-    if outcome.rc == 127:
-        return fail(
-            f"not found: {outcome.tail(1)}",
-            Action.FIX_CONFIG,
-            "install nccl-tests (role nccl_tests; built with MPI=1 for multi-node) or set "
-            "nccl_tests_dir / nccl_launcher to where they are",
-        )
-    try:
-        section["run"] = parse_nccl_tests.parse(outcome.stdout)
-    except ParseError as exc:
+    def unreadable(exc: ParseError) -> Failure:
         error = (
             f"exited {outcome.rc}: {outcome.tail()}"
             if outcome.rc
             else f"output is not an nccl-tests result: {exc}"
         )
-        return fail(
+        return (
             error,
             Action.INSPECT,
             "read the attached log (NCCL errors name the failing rank and call)",
         )
-    if outcome.rc:
+
+    section = read_output(
+        outcome,
+        _tool(timeout_key),
+        timeout_key,
+        "run",
+        parse_nccl_tests.parse,
+        unreadable,
+        nodes=len(hosts),
+        hosts=list(hosts),
+        exit_note=None,
+    )
+    if section["run"] is not None and outcome.rc:
         section["exit_note"] = f"nccl-tests exited {outcome.rc} after its results: {outcome.tail()}"
     return section
 
@@ -118,3 +116,6 @@ def launch(ctx: ActiveContext) -> Run:
     command = single_command(binary(limits), limits.nccl_sizes, gpus)
     outcome = ctx.launch(name, command, limits.nccl_timeout_s)
     return section_of(outcome, [view.host], "nccl_timeout_s"), [(name, outcome)]
+
+
+RUNS = (ActiveRun("nccl", "standard", launch),)

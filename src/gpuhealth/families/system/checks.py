@@ -45,7 +45,7 @@ def _gpu_labels(node: NodeView) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------- NUMA
 
 
-@CHECKS.node("numa_topology", "system", "normal", section="system")
+@CHECKS.node("numa_topology", "system", severity="normal", section="system")
 def numa_topology(node: NodeView) -> Result:
     """NUMA node count as expected; every GPU's NUMA node known and GPUs spread as expected."""
     system = _gpu_node(node)
@@ -102,7 +102,7 @@ def numa_topology(node: NodeView) -> Result:
     return passed(f"{count}; GPUs by node: {layout}")
 
 
-@CHECKS.node("numactl", "system", "normal", section="system")
+@CHECKS.node("numactl", "system", severity="normal", section="system")
 def numactl(node: NodeView) -> Result:
     """numactl is installed and `numactl --hardware` runs and parses."""
     system = _gpu_node(node)

@@ -1,12 +1,5 @@
 """The system family: the host around the GPUs."""
 
-from gpuhealth.families.system import checks, limits
-from gpuhealth.registry import Family
+from gpuhealth.registry import declare
 
-FAMILY = Family(
-    name="system",
-    title="Host",
-    checks=checks.CHECKS,
-    limits=limits.SystemLimits,
-    sections=("system",),
-)
+FAMILY = declare(__package__, "Host", ("system",))
