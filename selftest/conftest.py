@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from selftest import suite
 from selftest.fakenvml import build_library
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tell run_suite which test is running, before any fixture of it is set up."""
+    suite.CURRENT[0] = item
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+# The test being run (set by conftest.py), so that run_suite can insist on its marker.
+CURRENT: list[Any] = [None]
 
 
 @dataclass
@@ -57,7 +59,12 @@ class SuiteRun:
 def run_suite(
     reports: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300
 ) -> SuiteRun:
-    """Run `pytest` on the health suite with all report files under `reports`."""
+    """Run `pytest` on the health suite with all report files under `reports`.
+
+    Only from a test marked `suite` (or `bed`): `-m "not suite"` must leave out every slow one."""
+    item = CURRENT[0]
+    if item is not None and not any(item.get_closest_marker(m) for m in ("suite", "bed")):
+        raise AssertionError(f"{item.nodeid} runs the health suite: mark it @pytest.mark.suite")
     cmd = [
         sys.executable,
         "-m",

@@ -257,6 +257,7 @@ def standin_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     }
 
 
+@pytest.mark.suite
 def test_quick_level_skips_active_checks_with_the_reason(tmp_path):
     inventory = fleet_inventory(tmp_path)
     hosts = ",".join(f"ssh://{n}" for n in NODES)
@@ -278,6 +279,7 @@ def test_quick_level_skips_active_checks_with_the_reason(tmp_path):
     assert not (tmp_path / "calls.log").exists()
 
 
+@pytest.mark.suite
 def test_full_level_bisection_names_the_slow_node_in_the_verdicts(tmp_path):
     inventory = fleet_inventory(tmp_path)
     hosts = ",".join(f"ssh://{n}" for n in NODES)
@@ -323,6 +325,7 @@ def test_full_level_bisection_names_the_slow_node_in_the_verdicts(tmp_path):
     assert len(attachments) >= 5
 
 
+@pytest.mark.suite
 def test_full_level_healthy_fleet_over_srun_passes_with_a_note(tmp_path):
     inventory = fleet_inventory(tmp_path, nccl_launcher="srun")
     hosts = ",".join(f"ssh://{n}" for n in NODES)
@@ -360,6 +363,7 @@ def h100_node(tmp_path: Path, fake_nvml_lib: Path) -> tuple[Path, dict[str, str]
     return inventory, env
 
 
+@pytest.mark.suite
 def test_standard_level_dcgm_fails_exactly_the_failing_gpu(tmp_path, h100_node):
     inventory, env = h100_node
     failing = tmp_path / "diag.json"
@@ -390,6 +394,7 @@ def test_standard_level_dcgm_fails_exactly_the_failing_gpu(tmp_path, h100_node):
     assert "gpu3" in verdict["reasons"][0] and "412.00 gigaflops" in verdict["reasons"][0]
 
 
+@pytest.mark.suite
 def test_full_level_runs_dcgm_level_3_and_a_broken_dcgm_never_passes(tmp_path, h100_node):
     inventory, env = h100_node
     env.update(STANDIN_DCGM_DIAG="garbage", STANDIN_DCGM_HEALTH="nohostengine")
@@ -405,6 +410,7 @@ def test_full_level_runs_dcgm_level_3_and_a_broken_dcgm_never_passes(tmp_path, h
     assert "host engine" in run.messages()[f"test_dcgm_health[{HOST}]"]
 
 
+@pytest.mark.suite
 def test_fleet_slow_everywhere_warns_every_node_and_names_none(tmp_path):
     inventory = fleet_inventory(tmp_path)
     hosts = ",".join(f"ssh://{n}" for n in NODES)

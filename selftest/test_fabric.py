@@ -528,6 +528,7 @@ all:
 """
 
 
+@pytest.mark.suite
 def test_suite_judges_fabric_sections_of_saved_facts(tmp_path, fi_info_on_path):
     fi_info_on_path(REPLAY_P4DE)
     efa = probe(efa_tree(tmp_path / "efa", P4DE_DEVICES), "p4de.24xlarge")
@@ -569,6 +570,7 @@ def test_suite_judges_fabric_sections_of_saved_facts(tmp_path, fi_info_on_path):
     assert any("cable or transceiver" in a for a in nodes["ib1"]["advice"])
 
 
+@pytest.mark.suite
 def test_machine_without_rdma_devices_skips_every_fabric_check(tmp_path):
     run = run_suite(tmp_path / "r", "-k", "test_fabric.py")
     me = socket.gethostname()

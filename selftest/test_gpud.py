@@ -415,6 +415,7 @@ def test_triage_of_an_events_response(tmp_path):
     assert by_check(doc)["gpud_health"]["status"] == "SKIP"
 
 
+@pytest.mark.suite
 def test_suite_fails_the_node_gpud_calls_unhealthy(tmp_path):
     """The real suite and probe (shipped over testinfra's local backend) ask the stand-in."""
     with stand_in_gpud(states_response(XID74)) as (address, seen):

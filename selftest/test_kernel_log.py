@@ -575,6 +575,7 @@ def test_triage_of_a_node_with_its_kernel_and_fabric_manager_logs(tmp_path):
     assert finding(doc, "fabric_manager")["status"] == "WARN"
 
 
+@pytest.mark.suite
 def test_suite_on_facts_with_the_xid_log(tmp_path):
     facts = facts_with(XID48, FABRIC)
     folder = tmp_path / "facts"

@@ -164,6 +164,7 @@ def test_check_fails_when_polling_broke_or_memory_is_unknown():
 HOST = socket.gethostname()
 
 
+@pytest.mark.suite
 @pytest.mark.parametrize(
     ("scenario", "index", "outcome", "words"),
     [

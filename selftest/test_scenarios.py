@@ -85,6 +85,7 @@ EXPECTED_MESSAGES = {
 }
 
 
+@pytest.mark.suite
 @pytest.mark.parametrize("scenario", sorted(EXPECTED_FAILURES))
 def test_scenario_fails_exactly_its_tests(scenario, tmp_path, fake_nvml_lib, h100_inventory):
     run = suite_on(scenario, tmp_path, fake_nvml_lib, h100_inventory)
@@ -114,6 +115,7 @@ def test_scenario_fails_exactly_its_tests(scenario, tmp_path, fake_nvml_lib, h10
         assert f"{HOST} gpu{gpu} (GPU-" in entry["message"]
 
 
+@pytest.mark.suite
 def test_hung_nvml_call_costs_one_timeout_and_fails_what_it_could_not_read(
     tmp_path, fake_nvml_lib, h100_inventory
 ):
@@ -130,6 +132,7 @@ def test_hung_nvml_call_costs_one_timeout_and_fails_what_it_could_not_read(
     assert "nvmlDeviceGetTemperatureV(gpu=4)" in facts
 
 
+@pytest.mark.suite
 def test_saved_facts_give_the_same_outcomes_offline(tmp_path, fake_nvml_lib, h100_inventory):
     live = suite_on("ecc-uncorrectable-gpu3", tmp_path, fake_nvml_lib, h100_inventory)
     offline = run_suite(
@@ -143,6 +146,7 @@ def test_saved_facts_give_the_same_outcomes_offline(tmp_path, fake_nvml_lib, h10
     assert offline.verdicts["nodes"] == live.verdicts["nodes"]
 
 
+@pytest.mark.suite
 def test_no_driver_scenario_without_expectation_passes_with_reason(tmp_path, fake_nvml_lib):
     scenario_file = write_scenario(load_scenario("no-driver"), tmp_path / "no-driver.conf")
     run = run_suite(tmp_path / "reports", env=nvml_env(fake_nvml_lib.parent, scenario_file))

@@ -428,6 +428,7 @@ def test_other_storage_keys_are_validated():
 # ---------------------------------------------------------------- the health suite
 
 
+@pytest.mark.suite
 def test_relative_storage_path_is_one_usage_error(tmp_path):
     facts = tmp_path / "facts"
     facts.mkdir()
@@ -443,6 +444,7 @@ def test_relative_storage_path_is_one_usage_error(tmp_path):
     assert "Traceback" not in run.output
 
 
+@pytest.mark.suite
 def test_suite_fails_exactly_the_hung_path_and_completes(tree, tmp_path):
     me = socket.gethostname()
     inventory = tmp_path / "hosts.yml"

@@ -63,6 +63,7 @@ def failed(run) -> set[str]:
     return {name for name, status in run.outcomes().items() if status == "failed"}
 
 
+@pytest.mark.suite
 def test_offline_fleet_fails_exactly_the_faulty_tests(tmp_path):
     facts, inventory = fleet(tmp_path)
     run = run_suite(tmp_path / "r", "--facts", str(facts), "--inventory", str(inventory))
@@ -92,6 +93,7 @@ def test_offline_fleet_fails_exactly_the_faulty_tests(tmp_path):
     assert "n2    FAIL" in run.output
 
 
+@pytest.mark.suite
 def test_xdist_gives_the_same_outcomes(tmp_path):
     facts, inventory = fleet(tmp_path)
     serial = run_suite(tmp_path / "a", "--facts", str(facts), "--inventory", str(inventory))
@@ -102,6 +104,7 @@ def test_xdist_gives_the_same_outcomes(tmp_path):
     assert parallel.verdicts["nodes"] == serial.verdicts["nodes"]
 
 
+@pytest.mark.suite
 def test_soft_limit_gives_warn_without_failing_the_run(tmp_path):
     warm = healthy_h100()
     warm["gpus"][2]["temperature_c"] = 78
@@ -113,6 +116,7 @@ def test_soft_limit_gives_warn_without_failing_the_run(tmp_path):
     assert "n1 gpu2" in node["reasons"][0] and ">= warning level 75 C" in node["reasons"][0]
 
 
+@pytest.mark.suite
 def test_broken_facts_file_errors_that_host_only(tmp_path):
     facts = write_facts(tmp_path / "facts", n1=healthy_h100())
     (facts / "n2.json").write_text("{not json")
@@ -125,6 +129,7 @@ def test_broken_facts_file_errors_that_host_only(tmp_path):
     assert n2["verdict"] == "FAIL" and "n2.json: not JSON (line 1" in n2["reasons"][0]
 
 
+@pytest.mark.suite
 def test_gpu_less_machine_skips_with_the_reason_and_passes(tmp_path):
     run = run_suite(tmp_path / "r")
     assert run.rc == 0, run.output
@@ -145,6 +150,7 @@ def test_gpu_less_machine_skips_with_the_reason_and_passes(tmp_path):
     assert any((tmp_path / "r" / "allure-results").glob("*-result.json"))
 
 
+@pytest.mark.suite
 def test_gpu_less_machine_fails_when_gpus_are_expected(tmp_path):
     run = run_suite(tmp_path / "r", "--expected-gpus", "8")
     assert run.rc == 1
@@ -153,6 +159,7 @@ def test_gpu_less_machine_fails_when_gpus_are_expected(tmp_path):
     assert any("expected 8 GPUs, found 0" in r for r in node["reasons"])
 
 
+@pytest.mark.suite
 def test_allure_results_carry_host_gpu_and_check_labels(tmp_path):
     facts, inventory = fleet(tmp_path)
     run_suite(tmp_path / "r", "--facts", str(facts), "--inventory", str(inventory))
@@ -168,6 +175,7 @@ def test_allure_results_carry_host_gpu_and_check_labels(tmp_path):
     assert len(attachments) == 3  # the facts document, once per host
 
 
+@pytest.mark.suite
 @pytest.mark.parametrize(
     ("inventory", "message"),
     [
@@ -192,6 +200,7 @@ def test_bad_inventory_is_one_usage_error(tmp_path, inventory, message):
     assert "Traceback" not in run.output
 
 
+@pytest.mark.suite
 def test_bad_profile_directory_is_one_usage_error(tmp_path):
     profiles = tmp_path / "profiles"
     profiles.mkdir()
@@ -201,6 +210,7 @@ def test_bad_profile_directory_is_one_usage_error(tmp_path):
     assert "lab.yml: unknown key 'temp_fail' (did you mean 'temp_fail_c'?)" in run.output
 
 
+@pytest.mark.suite
 def test_one_probe_per_host_with_xdist(tmp_path):
     log = tmp_path / "probes.log"
     wrapper = tmp_path / "counting-python3"
@@ -242,6 +252,7 @@ def test_hosts_whose_ids_could_collide_share_one_worker():
     assert groups["n2"] == "n2"
 
 
+@pytest.mark.suite
 def test_gpu_named_hosts_under_xdist_give_the_serial_outcomes(tmp_path):
     n2 = healthy_h100()
     n2["gpus"][1]["ecc"]["volatile"]["uncorrected"] = 3
@@ -261,6 +272,7 @@ def test_host_names_become_safe_file_names(host, name):
     assert safe_name(host.replace("\\n", "\n")) == name
 
 
+@pytest.mark.suite
 def test_unreachable_host_is_unreachable_and_the_rest_goes_on(tmp_path):
     run = run_suite(
         tmp_path / "r",

@@ -686,6 +686,7 @@ all:
 """
 
 
+@pytest.mark.suite
 def test_suite_on_saved_facts_fails_exactly_the_faulty_system_checks(tmp_path):
     n1 = healthy_node()
     n2 = copy.deepcopy(n1)
@@ -716,6 +717,7 @@ def test_suite_on_saved_facts_fails_exactly_the_faulty_system_checks(tmp_path):
     assert run.verdicts["nodes"]["n1"]["verdict"] == "PASS"
 
 
+@pytest.mark.suite
 def test_suite_on_this_gpu_less_machine(tmp_path):
     run = run_suite(tmp_path / "r", "--hosts", "local://", *ONLY_SYSTEM)
     me = socket.gethostname()

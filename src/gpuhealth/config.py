@@ -16,77 +16,28 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
-    Field,
-    StrictBool,
-    StrictFloat,
-    StrictInt,
     StrictStr,
     ValidationError,
     create_model,
 )
 
 from gpuhealth import registry
+from gpuhealth.limits import FamilyLimits, RunLimits
 
 
 class ConfigError(ValueError):
     """A bad profile or inventory; the message names the file (or host) and the key."""
 
 
-class FamilyLimits(BaseModel):
-    """The profile keys of one family: strict types (no "75" for 75, no 1 for true), no NaN or
-    infinity, no unknown keys. Subclasses declare `key: type = Field(default, description=...)`."""
-
-    model_config = ConfigDict(
-        strict=True, extra="forbid", allow_inf_nan=False, frozen=True, validate_default=True
-    )
-
-
-# Field types of profile keys. Numbers keep their int-ness (85 stays 85, not 85.0).
-Count = Annotated[StrictInt, Field(ge=0)]
-Number = Annotated[StrictInt | StrictFloat, Field(ge=0)]
-Seconds = Annotated[StrictInt | StrictFloat, Field(gt=0)]
-Signed = StrictInt | StrictFloat
-Celsius = Signed  # Blackwell reports thresholds as negative offsets
-Flag = StrictBool
-Text = StrictStr
-
-
-def _absolute(path: str) -> str:
-    if not path.startswith("/"):
-        raise ValueError("not an absolute path")
-    return path
-
-
-AbsolutePath = Annotated[StrictStr, AfterValidator(_absolute)]
-
-
-def _driver_version(value: str | int) -> str:
-    text = str(value)
-    if not re.fullmatch(r"\d+(\.\d+)*", text):
-        raise ValueError(f"must look like '570' or '570.124.06', got {value!r}")
-    return text
-
-
-DriverVersion = Annotated[StrictStr | StrictInt, AfterValidator(_driver_version)]
-
 # Keys that describe a profile itself; inventory vars cannot override them.
 PROFILE_ONLY = ("description", "extends", "match")
 M = TypeVar("M", bound=BaseModel)
-
-
-class RunLimits(FamilyLimits):
-    """Keys of the run itself rather than of one family."""
-
-    probe_timeout_s: Seconds = Field(
-        120, description="the whole probe on a node (killed there, and given up on here)"
-    )
 
 
 @cache

@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
-from gpuhealth.config import Signed
 from gpuhealth.facts import SCHEMA_VERSION, skipped
+from gpuhealth.limits import Signed
 
 # Larger than any real document (8 GPUs with every section: ~100 KB; a kernel log's events
 # are capped at 1,000): a file beyond this is not a facts document.

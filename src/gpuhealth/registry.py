@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from gpuhealth.checks import Check, CheckSet
 from gpuhealth.families import NAMES
+from gpuhealth.limits import FamilyLimits
 
 if TYPE_CHECKING:
     from gpuhealth.active.runner import ActiveContext, Run
-    from gpuhealth.config import FamilyLimits
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,6 @@ def declare(
     """A family from the modules of its folder, by convention: `checks.py` (CHECKS), and where
     they exist `limits.py` (its FamilyLimits model), `evidence.py` (KINDS) and `active.py`
     (RUNS). family.py calls this with what only it can say."""
-    from gpuhealth.config import FamilyLimits
 
     def part(name: str) -> Any:
         try:

@@ -1,7 +1,7 @@
 """DCGM checks: the diagnostic (`dcgmi diag`, active) and the health watches (passive).
 
 `dcgm` is one diagnostic run: the active runner writes it (`{"level", "command", "rc",
-"error", "action", "duration_s", "diag": <parsers.dcgm.parse_diag result> | None}`), triage
+"error", "action", "duration_s", "diag": <parse_dcgm.parse_diag result> | None}`), triage
 builds it from saved `dcgmi diag -j` output. Results about one GPU are judged per GPU
 (`dcgm_diag_gpu`); the run itself and results about the whole node (deployment checks, other
 entities) by `dcgm_diag`. Fail fails, Warn warns, Skip skips with DCGM's reason.

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from gpuhealth.config import FamilyLimits, Flag, Seconds
+from gpuhealth.limits import FamilyLimits, Flag, Seconds
 
 
 class DcgmLimits(FamilyLimits):

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from gpuhealth.config import Count, FamilyLimits, Number, Seconds
+from gpuhealth.limits import Count, FamilyLimits, Number, Seconds
 
 
 class FabricLimits(FamilyLimits):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gpuhealth.config import Celsius, Count, DriverVersion, FamilyLimits, Flag, Number, Seconds
+from gpuhealth.limits import Celsius, Count, DriverVersion, FamilyLimits, Flag, Number, Seconds
 
 
 class GpuLimits(FamilyLimits):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gpuhealth.config import FamilyLimits, Flag, Number, Seconds, Text
+from gpuhealth.limits import FamilyLimits, Flag, Number, Seconds, Text
 
 
 class GpudLimits(FamilyLimits):

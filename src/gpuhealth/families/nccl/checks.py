@@ -8,19 +8,21 @@ largest message sizes, never on the sweep's `Avg bus bandwidth`, which small siz
 (a healthy 2-node sweep from 8 B averages 139 GB/s while peaking at 469).
 
 Section layout: `{"nodes": int | None, "hosts": [...], "command", "rc", "error", "action",
-"exit_note", "duration_s", "run": <parsers.nccl_tests.parse result> | None}`, or
-`{"skip": reason}` when there is nothing to run on (docs/facts-schema.md).
+"exit_note", "duration_s", "run": <parse_nccl_tests.parse result> | None}`, or
+`{"skipped": reason}` when there is nothing to run on (docs/facts-schema.md).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuhealth.checks import CheckSet, NodeView, load_test_output, section
-from gpuhealth.config import Profile
 from gpuhealth.families.fabric.limits import FabricLimits
 from gpuhealth.families.nccl.limits import NcclLimits
 from gpuhealth.results import Action, Result, failed, passed, skipped
+
+if TYPE_CHECKING:
+    from gpuhealth.config import Profile
 
 CHECKS = CheckSet("nccl")
 SINGLE_KEY = "nccl_allreduce_min_busbw_gbps"

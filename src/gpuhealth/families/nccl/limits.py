@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gpuhealth.config import Count, FamilyLimits, Number, Seconds, Text
+from gpuhealth.limits import Count, FamilyLimits, Number, Seconds, Text
 
 
 class NcclLimits(FamilyLimits):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gpuhealth.config import FamilyLimits, Number, Seconds
+from gpuhealth.limits import FamilyLimits, Number, Seconds
 
 
 class ReclaimLimits(FamilyLimits):

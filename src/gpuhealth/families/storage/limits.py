@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictStr
 
-from gpuhealth.config import AbsolutePath, FamilyLimits, Flag, Number, Seconds
+from gpuhealth.limits import AbsolutePath, FamilyLimits, Flag, Number, Seconds
 
 
 class StoragePath(BaseModel):

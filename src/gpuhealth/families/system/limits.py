@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gpuhealth.config import AbsolutePath, Count, FamilyLimits, Flag, Number, Seconds
+from gpuhealth.limits import AbsolutePath, Count, FamilyLimits, Flag, Number, Seconds
 
 
 class SystemLimits(FamilyLimits):

@@ -1,0 +1,212 @@
+"""The layers import downward only: each rule is read from the source (direct imports, with the
+line that breaks it) and, where a transitive import could sneak in, proven by importing the
+layer in a fresh interpreter and looking at what it loaded.
+
+The flow is inventory -> probe (node) -> facts -> checks -> reports; the neutral modules
+(facts, parsing, results, limits) are below everything and import nothing of gpuhealth.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuhealth.families import NAMES
+from gpuhealth.transport import node_modules
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+PACKAGE = SRC / "gpuhealth"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports(name: str) -> list[tuple[int, str, str]]:
+    """(line, module, imported name or "") of every run-time import of a module: `if
+    TYPE_CHECKING:` blocks are left out (the type checker's only), relative imports resolved."""
+    path = MODULES[name]
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(child)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        for child in ast.walk(stmt)
+    }
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, "") for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join([*base, module] if module else base)
+            for alias in node.names:
+                full = f"{module}.{alias.name}"
+                # `from package import module` imports the module itself.
+                found.append((node.lineno, full if full in MODULES else module, alias.name))
+    return found
+
+
+def matching(*patterns: str) -> list[str]:
+    return [m for m in MODULES if any(fnmatch.fnmatchcase(m, p) for p in patterns)]
+
+
+def breaches(modules: list[str], allowed: tuple[str, ...]) -> list[str]:
+    """`module:line imports X` for every gpuhealth import of `modules` not matching `allowed`."""
+    return [
+        f"{name}:{line} imports {target}"
+        for name in modules
+        for line, target, _ in imports(name)
+        if target.startswith("gpuhealth")
+        and not any(fnmatch.fnmatchcase(target, p) for p in allowed)
+    ]
+
+
+NEUTRAL = ("gpuhealth", "gpuhealth.facts", "gpuhealth.parsing", "gpuhealth.families")
+BASE = ("gpuhealth.results", "gpuhealth.limits", "gpuhealth.deadline")  # the controller's floor
+# What runs on the node. Everything else is the controller's.
+NODE = (
+    "gpuhealth.probe",
+    "gpuhealth.probe.main",
+    "gpuhealth.probe.command",
+    "gpuhealth.probe.node",
+    "gpuhealth.probe.nvml",
+    "gpuhealth.families.*.probe",
+    "gpuhealth.families.*.parse_*",
+    "gpuhealth.families.gpu.schema",
+    "gpuhealth.families.gpu.nvml",
+    "gpuhealth.families.fabric.sysfs",
+    *(f"gpuhealth.families.{family}" for family in NAMES),
+)
+# The judging side: checks read facts and limits; they never run anything.
+JUDGING = (
+    "gpuhealth.checks",
+    "gpuhealth.registry",
+    "gpuhealth.families.*.checks",
+    "gpuhealth.families.*.limits",
+    "gpuhealth.families.*.evidence",
+    "gpuhealth.families.*.family",
+)
+RUNNING = (  # what probes, launches, schedules and reports
+    "gpuhealth.probe*",
+    "gpuhealth.families.*.probe",
+    "gpuhealth.families.gpu.nvml",
+    "gpuhealth.transport",
+    "gpuhealth.plugin",
+    "gpuhealth.active*",
+    "gpuhealth.families.*.active",
+    "gpuhealth.families.nccl.fleet",
+    "gpuhealth.targets",
+    "gpuhealth.report",
+    "gpuhealth.cli",
+)
+
+
+def test_the_rules_cover_every_module():
+    """A new module has to be placed in a layer by these rules, not slip between them."""
+    placed = set(matching(*NEUTRAL, *BASE, *NODE, *JUDGING, *RUNNING)) | {
+        "gpuhealth.config",
+        "gpuhealth.documents",
+        "gpuhealth.evidence",
+    }
+    assert sorted(set(MODULES) - placed) == []
+
+
+def test_neutral_modules_import_nothing_of_gpuhealth():
+    assert breaches([m for m in MODULES if m in NEUTRAL], ()) == []
+
+
+def test_the_controller_floor_imports_only_the_neutral_modules():
+    assert breaches([m for m in MODULES if m in BASE], NEUTRAL) == []
+
+
+def test_parsers_import_only_the_neutral_layer_and_their_own_family():
+    found = []
+    for name in matching("gpuhealth.families.*.parse_*"):
+        family = name.rsplit(".", 1)[0]
+        found += breaches([name], (*NEUTRAL, f"{family}.parse_*", f"{family}.schema"))
+    assert found == []
+
+
+def test_node_side_imports_only_the_node_side():
+    assert breaches(matching(*NODE), (*NEUTRAL, *NODE)) == []
+
+
+def test_the_shipped_probe_is_exactly_the_node_side():
+    """What transport ships is found by following imports; it must be node modules only."""
+    shipped, _ = node_modules()
+    assert [m for m in shipped if m not in matching(*NEUTRAL, *NODE)] == []
+    assert [m for m in shipped if m in BASE] == []
+
+
+def test_judging_never_imports_what_runs():
+    """Checks, limits and triage's evidence readers take facts and give results; the node-side
+    parsers they may use (evidence.py reads saved tool output with them) are pure functions."""
+    pure = ("gpuhealth.families.*.parse_*", "gpuhealth.families.*.schema", "*.fabric.sysfs")
+    allowed = (*NEUTRAL, *BASE, *JUDGING, "gpuhealth.config", *pure)
+    assert breaches(matching(*JUDGING), allowed) == []
+
+
+def test_only_the_fleet_runner_uses_the_plugin_and_only_its_public_names():
+    users = {
+        (name, imported)
+        for name in MODULES
+        for _, target, imported in imports(name)
+        if target == "gpuhealth.plugin"
+    }
+    assert {name for name, _ in users} <= {"gpuhealth.families.nccl.fleet"}
+    assert [imported for _, imported in users if imported.startswith("_")] == []
+
+
+def loaded_by(*modules: str) -> set[str]:
+    """The modules a fresh interpreter holds after importing `modules` (site-packages on)."""
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {list(modules)!r}:\n"
+        "    if m == '-registry':\n"
+        "        importlib.import_module('gpuhealth.registry').families()\n"
+        "    elif m:\n"
+        "        importlib.import_module(m)\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(SRC)},
+    ).stdout
+    return set(json.loads(out))
+
+
+@pytest.mark.parametrize(
+    ("layer", "forbidden"),
+    [
+        (NEUTRAL, ("pydantic", "yaml", "gpuhealth.config", "gpuhealth.probe", "gpuhealth.checks")),
+        (BASE, ("yaml", "gpuhealth.config", "gpuhealth.probe", "gpuhealth.checks")),
+        (NODE, ("pydantic", "yaml", "gpuhealth.config", "gpuhealth.checks", "gpuhealth.results")),
+        (JUDGING, ("pytest", "testinfra", "gpuhealth.probe", "gpuhealth.transport")),
+    ],
+    ids=["neutral", "base", "node", "judging"],
+)
+def test_importing_a_layer_loads_nothing_above_it(layer, forbidden):
+    """Transitively too: a module-level import two steps away shows up here. The registry
+    imports the families' modules on demand, so judging is loaded through it."""
+    loaded = loaded_by(*matching(*layer), "-registry" if layer is JUDGING else "")
+    assert sorted(m for m in loaded for f in forbidden if m == f or m.startswith(f + ".")) == []
