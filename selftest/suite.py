@@ -57,27 +57,31 @@ class SuiteRun:
 
 
 def run_suite(
-    reports: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300
+    reports: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    cwd: Path = REPO,
+    ini: bool = True,
 ) -> SuiteRun:
-    """Run `pytest` on the health suite with all report files under `reports`.
+    """Run `pytest` on the health suite with all report files under `reports`: from the
+    checkout, naming the suite's ini file and tests, unless `cwd`/`ini` say otherwise (`ini`
+    False: neither, as a user who just types `pytest` somewhere).
 
     Only from a test marked `suite` (or `bed`): `-m "not suite"` must leave out every slow one."""
     item = CURRENT[0]
     if item is not None and not any(item.get_closest_marker(m) for m in ("suite", "bed")):
         raise AssertionError(f"{item.nodeid} runs the health suite: mark it @pytest.mark.suite")
+    named = ["-c", str(REPO / "pytest.ini"), "--rootdir", str(REPO), str(REPO / "tests")]
     cmd = [
         sys.executable,
         "-m",
         "pytest",
-        "-c",
-        str(REPO / "pytest.ini"),
-        "--rootdir",
-        str(REPO),
+        *(named if ini else []),
         f"--junitxml={reports / 'junit.xml'}",
         f"--alluredir={reports / 'allure-results'}",
         f"--verdicts={reports / 'verdicts.json'}",
         f"--save-facts={reports / 'facts'}",
-        str(REPO / "tests"),
         *args,
     ]
     proc = subprocess.run(
@@ -85,7 +89,7 @@ def run_suite(
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=REPO,
+        cwd=cwd,
         env={**os.environ, **(env or {})},
     )
     return SuiteRun(proc.returncode, proc.stdout + proc.stderr, reports)

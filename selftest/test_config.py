@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -125,3 +128,18 @@ def test_user_profile_directory_adds_profiles(tmp_path):
     profiles = ProfileSet(tmp_path)
     assert profiles.get("h100-lab").values["gpu_count"] == 4
     assert profiles.get("h100-lab").values["nvlink_links_expected"] == 18
+
+
+def test_profile_keys_listing_into_a_closed_pipe_is_quiet():
+    """`gpuhealth profiles --keys | head -1`: the reader leaving is not an internal error."""
+    read, write = os.pipe()
+    os.close(read)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuhealth.cli", "profiles", "--keys"],
+        stdout=write,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    os.close(write)
+    assert (proc.returncode, proc.stderr) == (141, "")

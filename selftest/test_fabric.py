@@ -558,7 +558,12 @@ def test_suite_judges_fabric_sections_of_saved_facts(tmp_path, fi_info_on_path):
     assert {outcomes[f"test_{n}[plain1]"] for n in FABRIC_CHECKS} == {"skipped"}
     assert run.rc == 1
     nodes = run.verdicts["nodes"]
-    assert nodes["efa1"]["verdict"] == "PASS" and nodes["plain1"]["verdict"] == "PASS"
+    assert nodes["efa1"]["verdict"] == "PASS"
+    # Only fabric checks ran and none applies: nothing vouches for plain1.
+    assert nodes["plain1"]["verdict"] == "NOT_CHECKED"
+    assert nodes["plain1"]["reasons"] == [
+        f"no check passed or failed on plain1 ({len(FABRIC_CHECKS)} skipped)"
+    ]
     assert nodes["efa2"]["verdict"] == "FAIL"
     assert any("expected 32 EFA devices, found 4" in r for r in nodes["efa2"]["reasons"])
     assert any("expected 32, found 4" in r for r in nodes["efa2"]["reasons"])

@@ -19,7 +19,7 @@ from gpuhealth.config import Expectations
 from gpuhealth.plugin import host_groups, safe_name
 from gpuhealth.targets import Target
 from selftest.facts import healthy_h100, write_facts
-from selftest.suite import run_suite
+from selftest.suite import REPO, run_suite
 
 INVENTORY = """\
 all:
@@ -289,3 +289,28 @@ def test_unreachable_host_is_unreachable_and_the_rest_goes_on(tmp_path):
     outcomes = run.outcomes()
     assert outcomes["test_driver_version[127.0.0.1]"] == "error"
     assert list(run.verdicts["nodes"])[0] == "127.0.0.1"  # worst first
+
+
+@pytest.mark.suite
+def test_started_elsewhere_without_the_ini_is_one_usage_error(tmp_path):
+    """pytest finds no ini above --facts /elsewhere: collecting the current directory instead
+    (the project's own tests, someone's scripts) must not happen."""
+    facts, inventory = fleet(tmp_path)
+    (tmp_path / "test_not_ours.py").write_text("def test_x():\n    raise SystemExit(9)\n")
+    run = run_suite(tmp_path / "r", "--facts", str(facts), cwd=tmp_path, ini=False)
+    assert run.rc == 4, run.output
+    assert f"not the suite's pytest.ini; name it: pytest -c {REPO / 'pytest.ini'}" in run.output
+
+
+@pytest.mark.suite
+def test_the_ini_named_from_elsewhere_runs_the_suite(tmp_path):
+    facts, inventory = fleet(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "test_not_ours.py").write_text("def test_x():\n    raise SystemExit(9)\n")
+    args = ("--facts", str(facts), "--inventory", str(inventory), "-c", str(REPO / "pytest.ini"))
+    run = run_suite(tmp_path / "r", *args, cwd=elsewhere, ini=False)
+    assert run.rc == 1, run.output
+    assert "test_x" not in run.outcomes()
+    assert failed(run) == failed(run_suite(tmp_path / "home", *args[:4]))
+    assert run.verdicts["nodes"]["n1"]["verdict"] == "PASS"

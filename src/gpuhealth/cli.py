@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -25,6 +26,7 @@ from gpuhealth.families.nccl.checks import set_node_count
 
 # Exit codes of `gpuhealth triage`: a FAIL verdict is 1; bad input is 2; a bug is 3, never 1.
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_BUG = 0, 1, 2, 3
+EXIT_PIPE = 128 + 13  # as a shell reports a command killed by SIGPIPE
 
 
 def triage_outcomes(view: NodeView) -> list[reporting.Outcome]:
@@ -98,7 +100,7 @@ def _triage(args: argparse.Namespace) -> int:
         if not args.verbose and passed:
             print(f"({passed} checks passed; -v lists them)")
         print(f"verdict: {verdict}")
-    return EXIT_FAIL if verdict == "FAIL" else EXIT_PASS
+    return EXIT_PASS if verdict in ("PASS", "WARN") else EXIT_FAIL
 
 
 def probe_config(profile: str | None, root: str) -> dict[str, Any]:
@@ -123,8 +125,7 @@ def _profiles(args: argparse.Namespace) -> int:
     try:
         profiles = ProfileSet(args.profile_dir)
         if args.keys:
-            for family, key, default, meaning in key_table():
-                print(f"{family:<8} {key:<40} {json.dumps(default):<22} {meaning}")
+            print(keys_markdown() if args.markdown else keys_text())
             return 0
         if args.name:
             values = profiles.get(args.name).values
@@ -136,6 +137,24 @@ def _profiles(args: argparse.Namespace) -> int:
     for name in profiles.names:
         print(f"{name:<20} {profiles.description(name)}")
     return 0
+
+
+def keys_text() -> str:
+    """Every profile key, its family, default and meaning: one aligned line each."""
+    return "\n".join(
+        f"{family:<8} {key:<40} {json.dumps(default):<22} {meaning}"
+        for family, key, default, meaning in key_table()
+    )
+
+
+def keys_markdown() -> str:
+    """The same as a Markdown table: the README's table of profile keys is this output."""
+    rows = ["| key | family | default | meaning |", "|---|---|---|---|"]
+    rows += [
+        f"| `{key}` | {family} | `{json.dumps(default)}` | {meaning.replace('|', '/')} |"
+        for family, key, default, meaning in key_table()
+    ]
+    return "\n".join(rows)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -169,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     profiles.add_argument("name", nargs="?")
     profiles.add_argument("--profile-dir", type=Path)
     profiles.add_argument("--keys", action="store_true", help="every profile key and default")
+    profiles.add_argument("--markdown", action="store_true", help="--keys as a Markdown table")
     profiles.set_defaults(func=_profiles)
     return parser
 
@@ -183,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name.replace('_', '-')} must be >= 0")
     try:
         return int(args.func(args))
+    except BrokenPipeError:  # `gpuhealth ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PIPE
     except Exception:  # a bug, not a verdict: say so, with its own exit code
         traceback.print_exc()
         print(

@@ -236,6 +236,19 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if not hasattr(config.option, "hosts"):
         raise pytest.UsageError("gpuhealth needs pytest-testinfra (pip install pytest-testinfra)")
+    if not config.getini("gpuhealth"):
+        # pytest looks for its ini file above the paths on the command line, option values
+        # included: `--facts /tmp/x` run from elsewhere finds none and would collect whatever
+        # lies in the current directory, without the suite's report options.
+        found = f"read {config.inipath}" if config.inipath else "found no ini file"
+        raise pytest.UsageError(
+            f"gpuhealth: pytest {found} (rootdir {config.rootpath}), not the suite's "
+            f"pytest.ini; name it: pytest -c {SUITE_DIR.parent / 'pytest.ini'} ..."
+        )
+    if config.args_source is not pytest.Config.ArgsSource.ARGS:
+        # No test paths given: the suite, wherever pytest was started (pytest itself uses
+        # `testpaths` only when started in the rootdir, else collects the current directory).
+        config.args[:] = [str(SUITE_DIR)]
     try:
         extra = config.option.profile_dir
         profiles = ProfileSet(Path(extra) if extra else None)

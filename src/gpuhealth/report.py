@@ -20,7 +20,9 @@ from gpuhealth import registry
 from gpuhealth.checks import Finding
 from gpuhealth.results import Action
 
-ORDER = {"PASS": 0, "WARN": 1, "FAIL": 2, "UNREACHABLE": 3}
+# NOT_CHECKED: no check passed, warned or failed for the host (all deselected or skipped), so
+# nothing vouches for it; it ranks between a healthy and a failing node.
+ORDER = {"PASS": 0, "WARN": 1, "NOT_CHECKED": 2, "FAIL": 3, "UNREACHABLE": 4}
 _UNKNOWN_RANK = (3, 10_000)
 
 
@@ -191,6 +193,18 @@ class VerdictBook:
             elif self._soft.get(host):
                 node.verdict = "WARN"
                 node.reasons, node.actions, node.advice = _summarise(self._soft[host])
+            elif not node.counts["PASS"]:
+                node.verdict = "NOT_CHECKED"
+                skipped = node.counts["SKIP"]
+                node.reasons = [
+                    f"no check passed or failed on {host}"
+                    + (f" ({skipped} skipped)" if skipped else " (none was run)")
+                ]
+                node.actions = [Action.RERUN.value]
+                node.advice = [
+                    "run the checks this host needs: see the test selection (-k, -m, paths) "
+                    "and --level"
+                ]
             else:
                 node.verdict = "PASS"
                 node.reasons = list(node.notes) or [
@@ -200,8 +214,8 @@ class VerdictBook:
 
 
 def overall(verdicts: list[NodeVerdict]) -> str:
-    """The worst node verdict of a run."""
-    return max((v.verdict for v in verdicts), key=ORDER.__getitem__, default="PASS")
+    """The worst node verdict of a run; a run that judged no host checked nothing."""
+    return max((v.verdict for v in verdicts), key=ORDER.__getitem__, default="NOT_CHECKED")
 
 
 def write_private(path: Path, text: str) -> None:
