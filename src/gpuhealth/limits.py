@@ -59,6 +59,7 @@ def _driver_version(value: str | int) -> str:
 
 DriverVersion = Annotated[StrictStr | StrictInt, AfterValidator(_driver_version)]
 
+
 class RunLimits(FamilyLimits):
     """Keys of the run itself rather than of one family."""
 
