@@ -6,18 +6,21 @@ only where the inventory says DCGM is installed (`dcgm_installed`).
 Node side: Python 3.6 and the standard library.
 """
 
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from gpuhealth.facts import Unavailable, skipped, why
 from gpuhealth.families.dcgm import parse_dcgm
 from gpuhealth.parsing import ParseError
 from gpuhealth.probe import command
 
+if TYPE_CHECKING:
+    from gpuhealth.probe.main import Context
+
 SECTIONS = ("dcgm_health",)
 ARGV = ["dcgmi", "health", "-c", "-j"]
 
 
-def collect(ctx: Any) -> Dict[str, Any]:
+def collect(ctx: "Context") -> Dict[str, Any]:
     """Overall health and incidents, or why they could not be read."""
     if not ctx.setting("dcgm_installed"):
         return {"dcgm_health": skipped("DCGM not expected on this host (dcgm_installed: false)")}

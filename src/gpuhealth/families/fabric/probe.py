@@ -7,12 +7,15 @@ Node side: Python 3.6 and the standard library.
 
 import os
 import shutil
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from gpuhealth.facts import why
 from gpuhealth.families.fabric import parse_fi_info, sysfs
 from gpuhealth.parsing import ParseError
 from gpuhealth.probe import command, node
+
+if TYPE_CHECKING:
+    from gpuhealth.probe.main import Context
 
 SECTIONS = ("fabric",)
 CLASS_DIR = "/sys/class/infiniband"
@@ -70,7 +73,7 @@ def run_fi_info(timeout_s: float) -> Dict[str, Any]:
     return record
 
 
-def collect(ctx: Any) -> Dict[str, Any]:
+def collect(ctx: "Context") -> Dict[str, Any]:
     """The facts document's `fabric` section."""
     devices, problems = sysfs.read_devices(node.under(ctx.root, CLASS_DIR))
     for problem in problems:

@@ -5,13 +5,16 @@ Order of sources: NVML (through nvidia-ml-py), then `nvidia-smi -q -x` (plus `nv
 `errors` and the next one is tried. Node side: Python 3.6 and the standard library.
 """
 
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from gpuhealth.facts import mark_unavailable
 from gpuhealth.families.gpu import nvml, parse_nvlink, parse_smi_xml
 from gpuhealth.families.gpu.schema import new_driver
 from gpuhealth.parsing import ParseError
 from gpuhealth.probe import command, node
+
+if TYPE_CHECKING:
+    from gpuhealth.probe.main import Context
 
 SECTIONS = ("source", "driver", "gpu_count", "gpus")
 
@@ -69,7 +72,7 @@ def _from_proc(root: str, errors: List[Dict[str, Any]]) -> Dict[str, Any]:
     return {"source": "none", "driver": driver, "gpu_count": None, "gpus": []}
 
 
-def collect(ctx: Any) -> Dict[str, Any]:
+def collect(ctx: "Context") -> Dict[str, Any]:
     """The `source`, `driver`, `gpu_count` and `gpus` parts of the facts document."""
     gathered = nvml.collect(float(ctx.setting("nvml_call_timeout_s")), ctx.errors)
     if gathered is not None:

@@ -13,12 +13,15 @@ import ssl
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 from urllib.parse import urlsplit
 
 from gpuhealth.facts import Unavailable, skipped, why
 from gpuhealth.families.gpud import parse_gpud
 from gpuhealth.parsing import ParseError
+
+if TYPE_CHECKING:
+    from gpuhealth.probe.main import Context
 
 SECTIONS = ("gpud", "gpud_events")
 # More than any GPUd answer: a day of events of a busy node is a few hundred KB.
@@ -154,7 +157,7 @@ def _fetch_into(
         _note(ctx, reason)
 
 
-def collect(ctx: Any) -> Dict[str, Any]:
+def collect(ctx: "Context") -> Dict[str, Any]:
     """The `gpud` and `gpud_events` sections, where the inventory says GPUd is installed."""
     if not ctx.setting("gpud_installed"):
         text = "GPUd not expected on this host (gpud_installed: false)"

@@ -12,12 +12,15 @@ the probe records an error only when none could be read.
 import errno
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from gpuhealth.facts import why
 from gpuhealth.families.kernel import parse_kernel_log as parser
 from gpuhealth.parsing import ParseError
 from gpuhealth.probe import command, node
+
+if TYPE_CHECKING:
+    from gpuhealth.probe.main import Context
 
 SECTIONS = ("kernel_log", "fabric_manager")
 FABRIC_MANAGER_LOG = "/var/log/fabricmanager.log"
@@ -197,7 +200,7 @@ def _fabric_manager(root: str, window: _Window, ctx: Any) -> Dict[str, Any]:
     return section
 
 
-def collect(ctx: Any) -> Dict[str, Any]:
+def collect(ctx: "Context") -> Dict[str, Any]:
     """The `kernel_log` and `fabric_manager` sections, over the profile's xid_window_h."""
     window = _Window(ctx.root, float(ctx.setting("xid_window_h")))
     timeout_s = float(ctx.setting("kernel_log_timeout_s"))

@@ -11,10 +11,13 @@ Node side: Python 3.6 and the standard library (plus nvidia-ml-py when importabl
 """
 
 import time
-from typing import Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List
 
 from gpuhealth.facts import skipped, why
 from gpuhealth.probe import nvml
+
+if TYPE_CHECKING:
+    from gpuhealth.probe.main import Context
 
 SECTIONS = ("memory_reclaim",)
 
@@ -83,7 +86,7 @@ def _poll(
         record["processes"] = [nvml.process_record(info) for info in infos]
 
 
-def collect(ctx: Any) -> Dict[str, Any]:
+def collect(ctx: "Context") -> Dict[str, Any]:
     """The `memory_reclaim` section: per-GPU memory after waiting for it to be freed."""
     if not ctx.setting("expect_idle"):
         return {

@@ -28,12 +28,15 @@ import time
 from collections import deque
 from functools import partial
 from itertools import islice
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from gpuhealth.facts import why
 from gpuhealth.families.storage import parse_mounts
 from gpuhealth.parsing import ParseError
 from gpuhealth.probe.node import read_text, under
+
+if TYPE_CHECKING:
+    from gpuhealth.probe.main import Context
 
 SECTIONS = ("storage",)
 # Network filesystems whose mounts are always checked; storage_mount_types adds more.
@@ -343,7 +346,7 @@ def _entry(item: Any) -> Dict[str, Any]:
     return {"path": item, "writable": False} if isinstance(item, str) else dict(item)
 
 
-def collect(ctx: Any) -> Dict[str, Any]:
+def collect(ctx: "Context") -> Dict[str, Any]:
     """The `storage` section: configured paths, network mounts and Lustre's health_check."""
     root = ctx.root
     timeout_s = float(ctx.setting("storage_timeout_s"))

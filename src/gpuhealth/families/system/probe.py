@@ -11,12 +11,15 @@ import re
 import resource
 import shutil
 import threading
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 from gpuhealth.facts import Unavailable, why
 from gpuhealth.families.system import parse_numactl, parse_proc
 from gpuhealth.parsing import ParseError
 from gpuhealth.probe import command, node
+
+if TYPE_CHECKING:
+    from gpuhealth.probe.main import Context
 
 SECTIONS = ("system",)
 # Queried on every node, whatever the profile says, so saved facts can be re-judged later.
@@ -197,7 +200,7 @@ def kernel_modules(root: str) -> Reading:
         return None, why("error", str(exc))
 
 
-def collect(ctx: Any) -> Dict[str, Any]:
+def collect(ctx: "Context") -> Dict[str, Any]:
     """The `system` section of the facts document (see docs/facts-schema.md)."""
     root = ctx.root
     timeout_s = float(ctx.setting("system_command_timeout_s"))
