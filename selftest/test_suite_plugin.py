@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -292,25 +293,48 @@ def test_unreachable_host_is_unreachable_and_the_rest_goes_on(tmp_path):
 
 
 @pytest.mark.suite
-def test_started_elsewhere_without_the_ini_is_one_usage_error(tmp_path):
-    """pytest finds no ini above --facts /elsewhere: collecting the current directory instead
-    (the project's own tests, someone's scripts) must not happen."""
+def test_absolute_paths_from_anywhere_run_the_suite(tmp_path):
+    """pytest finds no ini above --facts /elsewhere: the run restarts with the suite's and
+    never collects the current directory (the project's own tests, someone's scripts)."""
     facts, inventory = fleet(tmp_path)
-    (tmp_path / "test_not_ours.py").write_text("def test_x():\n    raise SystemExit(9)\n")
-    run = run_suite(tmp_path / "r", "--facts", str(facts), cwd=tmp_path, ini=False)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "test_not_ours.py").write_text("def test_x():\n    raise SystemExit(9)\n")
+    args = ("--facts", str(facts), "--inventory", str(inventory))
+    home = run_suite(tmp_path / "home", *args)
+    for cwd in (elsewhere, REPO):
+        run = run_suite(tmp_path / cwd.name, *args, cwd=cwd, ini=False)
+        assert run.rc == 1, run.output
+        assert run.outcomes() == home.outcomes()
+        assert run.verdicts["nodes"]["n1"]["verdict"] == "PASS"
+
+
+@pytest.mark.suite
+def test_another_ini_named_with_c_is_one_usage_error(tmp_path):
+    facts, _ = fleet(tmp_path)
+    (tmp_path / "other.ini").write_text("[pytest]\n")
+    run = run_suite(
+        tmp_path / "r", "-c", str(tmp_path / "other.ini"), "--facts", str(facts), ini=False
+    )
     assert run.rc == 4, run.output
     assert f"not the suite's pytest.ini; name it: pytest -c {REPO / 'pytest.ini'}" in run.output
 
 
 @pytest.mark.suite
-def test_the_ini_named_from_elsewhere_runs_the_suite(tmp_path):
-    facts, inventory = fleet(tmp_path)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    (elsewhere / "test_not_ours.py").write_text("def test_x():\n    raise SystemExit(9)\n")
-    args = ("--facts", str(facts), "--inventory", str(inventory), "-c", str(REPO / "pytest.ini"))
-    run = run_suite(tmp_path / "r", *args, cwd=elsewhere, ini=False)
-    assert run.rc == 1, run.output
-    assert "test_x" not in run.outcomes()
-    assert failed(run) == failed(run_suite(tmp_path / "home", *args[:4]))
-    assert run.verdicts["nodes"]["n1"]["verdict"] == "PASS"
+def test_the_installed_plugin_is_inert_in_unrelated_runs(tmp_path):
+    """The entry point loads gpuhealth into every pytest run; without its options or the
+    suite's ini it must neither probe nor write reports nor restart anything."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pytest.ini").write_text("[pytest]\n")
+    (project / "test_theirs.py").write_text("def test_theirs():\n    assert True\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        capture_output=True,
+        text=True,
+        cwd=project,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout and "gpuhealth" not in proc.stdout + proc.stderr
+    assert sorted(p.name for p in project.iterdir()) == ["pytest.ini", "test_theirs.py"]

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import re
+import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,6 +51,7 @@ _OWN_OPTIONS = (
     "save_facts",
 )
 SUITE_DIR = Path(__file__).resolve().parent.parent.parent / "tests"
+SUITE_INI = SUITE_DIR.parent / "pytest.ini"
 
 
 class GpuHealthWarning(UserWarning):
@@ -196,6 +199,34 @@ def _is_gpuhealth_run(config: pytest.Config) -> bool:
     return False
 
 
+def _restart_with_the_suite_ini(config: pytest.Config) -> None:
+    """Run again with the suite's pytest.ini, or stop with a usage error that names it.
+
+    pytest looks for its ini file above the paths on the command line, option values
+    included: `pytest --facts /var/lib/facts` finds none there and would collect whatever lies
+    in the current directory, without the suite's report options. From a command line the
+    same command is run again with `-c` and `--rootdir` naming the suite (pytest cannot change
+    its ini file once started); a programmatic pytest.main(), or a run that names another ini
+    with -c, gets the error instead.
+    """
+    args = list(config.invocation_params.args)
+    named = any(a == "-c" or a.startswith(("--config-file", "--rootdir")) for a in args)
+    if args == sys.argv[1:] and SUITE_INI.is_file() and not named and not _is_worker(config):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        argv = ["-m", "pytest", "-c", str(SUITE_INI), "--rootdir", str(SUITE_INI.parent), *args]
+        os.execv(sys.executable, [sys.executable, *argv])
+    found = f"read {config.inipath}" if config.inipath else "found no ini file"
+    raise pytest.UsageError(
+        f"gpuhealth: pytest {found} (rootdir {config.rootpath}), not the suite's pytest.ini; "
+        f"name it: pytest -c {SUITE_INI} ..."
+    )
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
 def _build_targets(config: pytest.Config, profiles: ProfileSet) -> list[Target]:
     opt = config.option
     overrides = {}
@@ -237,14 +268,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config.option, "hosts"):
         raise pytest.UsageError("gpuhealth needs pytest-testinfra (pip install pytest-testinfra)")
     if not config.getini("gpuhealth"):
-        # pytest looks for its ini file above the paths on the command line, option values
-        # included: `--facts /tmp/x` run from elsewhere finds none and would collect whatever
-        # lies in the current directory, without the suite's report options.
-        found = f"read {config.inipath}" if config.inipath else "found no ini file"
-        raise pytest.UsageError(
-            f"gpuhealth: pytest {found} (rootdir {config.rootpath}), not the suite's "
-            f"pytest.ini; name it: pytest -c {SUITE_DIR.parent / 'pytest.ini'} ..."
-        )
+        _restart_with_the_suite_ini(config)
     if config.args_source is not pytest.Config.ArgsSource.ARGS:
         # No test paths given: the suite, wherever pytest was started (pytest itself uses
         # `testpaths` only when started in the rootdir, else collects the current directory).
@@ -269,7 +293,7 @@ def pytest_configure(config: pytest.Config) -> None:
         verdicts=Path(config.option.verdicts or reports / "verdicts.json"),
         facts_dir=Path(config.option.save_facts or reports / "facts"),
     )
-    if not hasattr(config, "workerinput"):
+    if not _is_worker(config):
         config.pluginmanager.register(Reporter(config), "gpuhealth-reporter")
         if config.pluginmanager.hasplugin("xdist"):
             groups = host_groups(targets)
