@@ -185,7 +185,7 @@ def test_collect_probes_with_the_limits_the_inventory_resolves_to():
 
 # ---------------------------------------------------------------- on the bed
 
-LIVE = ("n1", "n2", "n3")
+LIVE = ("n1", "n2", "dgx-gpu3")
 
 
 def on_the_bed(test):
@@ -257,8 +257,8 @@ def roles_run():
         bad_sessions = {n: bed.sessions(n) - sessions[n] for n in LIVE}
 
         limit = ("--limit", ",".join(LIVE))  # n4 is down
-        first = site(*limit, name="site.yml, first run (n1-n3)")
-        second = site(*limit, name="site.yml, second run (n1-n3)")
+        first = site(*limit, name="site.yml, first run (n1, n2, dgx-gpu3)")
+        second = site(*limit, name="site.yml, second run (n1, n2, dgx-gpu3)")
         new_flags = site(
             "--limit",
             "n1",
@@ -355,9 +355,9 @@ def test_a_branch_before_570_fails_before_any_node_runs_a_command(roles_run):
     assert run.rc != 0
     assert "value of nvidia_driver_branch must be one of: 570, 575, 580, got: 560" in run.output
     assert {host: (c["ok"], c["failed"]) for host, c in run.recap.items()} == {
-        host: (0, 1) for host in ("n1", "n2", "n3", "n4")
+        host: (0, 1) for host in ("n1", "n2", "dgx-gpu3", "n4")
     }
-    assert roles_run.bad_branch_sessions == {"n1": 0, "n2": 0, "n3": 0}  # counted by sshd
+    assert roles_run.bad_branch_sessions == {"n1": 0, "n2": 0, "dgx-gpu3": 0}  # counted by sshd
 
 
 @on_the_bed
@@ -396,11 +396,11 @@ def test_site_installs_everything_from_the_mirror(roles_run):
     assert built.startswith("nccl-tests 2.14.1 sha256:")
     linked = _on(bed, "n1", "ldd /opt/nccl-tests/build/all_reduce_perf")
     assert re.search(r"libnccl\.so\.2 => /\S+/libnccl\.so\.2 ", linked), linked
-    # n3: its old driver left alone and said so; EFA (fabric efa) only there.
-    assert "nvidia-driver-560-open" in _on(bed, "n3", "dpkg-query -W")
-    assert "n3 runs driver 560.35.03 and the inventory expects branch 570" in run.output
+    # dgx-gpu3: its old driver left alone and said so; EFA (fabric efa) only there.
+    assert "nvidia-driver-560-open" in _on(bed, "dgx-gpu3", "dpkg-query -W")
+    assert "dgx-gpu3 runs driver 560.35.03 and the inventory expects branch 570" in run.output
     assert "EFA installer version: 1.47.0" in _on(
-        bed, "n3", "cat /opt/amazon/efa_installed_packages"
+        bed, "dgx-gpu3", "cat /opt/amazon/efa_installed_packages"
     )
     assert bed.ssh("n1", "test -e /opt/amazon/efa_installed_packages", check=False).returncode == 1
 
@@ -456,7 +456,7 @@ def test_the_health_suite_reaches_the_e2e_verdicts_on_role_installed_nodes(roles
     assert {h: v["verdict"] for h, v in verdicts.items()} == {
         "n1": "PASS",
         "n2": "FAIL",
-        "n3": "FAIL",
+        "dgx-gpu3": "FAIL",
         "n4": "UNREACHABLE",
     }
     outcomes = suite.outcomes()
@@ -494,16 +494,16 @@ def test_collect_gathers_one_facts_document_per_node(roles_run):
     assert run.rc == 4  # n4 is down: reported unreachable, the others collected
     assert run.recap["n4"]["unreachable"] == 1
     folder = REPORTS / "collected"
-    assert sorted(p.name for p in folder.iterdir()) == ["n1.json", "n2.json", "n3.json"]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(f"{h}.json" for h in LIVE)
     docs = {h: json.loads((folder / f"{h}.json").read_text()) for h in LIVE}
     assert {h: d["host"]["hostname"] for h, d in docs.items()} == {h: h for h in LIVE}
-    assert docs["n3"]["driver"]["version"] == "560.35.03"
+    assert docs["dgx-gpu3"]["driver"]["version"] == "560.35.03"
 
 
 @on_the_bed
 def test_judging_the_collected_facts_gives_the_live_verdicts(roles_run):
     live, offline = roles_run.live.verdicts["nodes"], roles_run.offline.verdicts["nodes"]
-    assert sorted(offline) == list(LIVE)
+    assert sorted(offline) == sorted(LIVE)
 
     def verdict(v: dict) -> tuple:
         failed = sorted((f["check"], str(f["gpu"])) for f in v["failed"])

@@ -23,7 +23,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -592,24 +592,33 @@ def _check_subnet_free() -> None:
             raise BedError(f"{NET}.0/24 already used on {words[1]}; set GPUHEALTH_TESTBED_NET")
 
 
-def up(n: int = 3, run_dir: Path = RUN_DIR, extra_debs: Iterable[Path | str] = ()) -> Bed:
-    """Bring up n nodes (n1..nN) from a clean slate; tears down whatever a crash left."""
+def up(
+    nodes: int | Sequence[str] = 3, run_dir: Path = RUN_DIR, extra_debs: Iterable[Path | str] = ()
+) -> Bed:
+    """Bring up nodes from a clean slate (a count: n1..nN; or their names, which become their
+    host names and inventory names); tears down whatever a crash left."""
     _require_root()
-    if not 1 <= n <= 200:
+    names = [f"n{i}" for i in range(1, nodes + 1)] if isinstance(nodes, int) else list(nodes)
+    if not 1 <= len(names) <= 200:
         raise BedError("1 <= nodes <= 200")
+    bad = [n for n in names if not re.fullmatch(r"[a-z][a-z0-9-]{0,30}", n)]
+    if bad or len(set(names)) != len(names):
+        raise BedError(f"node names must be distinct host names, got {names}")
     ensure_host_tools()
     rootfs = ensure_rootfs()
     with _flock(run_dir.with_name(run_dir.name + ".lock")):
         _teardown(run_dir)
         _prune_rootfs(rootfs)
         try:
-            return _bring_up(n, run_dir, rootfs, extra_debs)
+            return _bring_up(names, run_dir, rootfs, extra_debs)
         except BaseException:
             _teardown(run_dir)
             raise
 
 
-def _bring_up(n: int, run_dir: Path, rootfs: Path, extra_debs: Iterable[Path | str]) -> Bed:
+def _bring_up(
+    names: list[str], run_dir: Path, rootfs: Path, extra_debs: Iterable[Path | str]
+) -> Bed:
     _check_subnet_free()
     run_dir.mkdir(mode=0o700, parents=True)
     key = run_dir / "id_ed25519"
@@ -637,11 +646,11 @@ def _bring_up(n: int, run_dir: Path, rootfs: Path, extra_debs: Iterable[Path | s
     )
 
     nodes = []
-    for i in range(1, n + 1):
-        d = run_dir / f"n{i}"
+    for i, name in enumerate(names, 1):
+        d = run_dir / name
         nodes.append(
             Node(
-                name=f"n{i}",
+                name=name,
                 address=f"{NET}.{10 + i}",
                 netns=f"{NETNS_PREFIX}n{i}",
                 veth=f"{VETH_PREFIX}n{i}",

@@ -1,7 +1,7 @@
 """`bed demo`: the health suite against a GPU fleet made of fakes, for people without GPUs.
 
 Brings up the scenario fleet of fleet.py (n1 healthy, n2 ECC errors, a GPU reset pending and a
-hung storage path, n3 an old driver, a missing GPU and no EFA where the inventory expects it,
+hung storage path, dgx-gpu3 an old driver, a missing GPU and no EFA where the inventory expects it,
 n4 unreachable), runs the suite over SSH exactly as against real nodes, and renders the HTML
 report with `make report`. Needs the venv (pytest, gpuhealth).
 """
@@ -26,7 +26,10 @@ def run(reports: Path, keep: bool) -> int:
 
 def _run(reports: Path, keep: bool, started: float) -> int:
     try:
-        print("bringing up 4 nodes (n1..n4) and installing the stand-in GPU stack ...", flush=True)
+        print(
+            "bringing up 4 nodes (n1, n2, dgx-gpu3, n4) and installing the stand-in GPU stack ...",
+            flush=True,
+        )
         bed = fleet.up()
         fleet.provision(bed)
         hosts = f"ansible://all?ansible_inventory={bed.inventory}"

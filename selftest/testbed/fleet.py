@@ -11,13 +11,13 @@ with one ansible-playbook run until the project's roles do that.
 |---|---|---|---|
 | n1 | healthy-h100x8 | driver 570, DCGM, NCCL, GPUd, nccl-tests | nothing wrong |
 | n2 | ecc-gpu3-recovery-gpu5, a hung storage path | the same | ECC gpu3, reset gpu5, storage |
-| n3 | driver-560-missing-gpu7, `fabric: efa` | driver 560, numactl | r560, 7 GPUs, no EFA |
+| dgx-gpu3 | driver-560-missing-gpu7, `fabric: efa` | driver 560, numactl | r560, 7 GPUs, no EFA |
 | n4 | (none: sshd stopped) | - | unreachable |
 
 At `--level standard` n2 also fails DCGM's diagnostic on gpu3 and single-node all_reduce
 busbw (a slow node); n1 passes both.
 
-n3 has no nvidia-ml-py, so its probe reads the stand-in `nvidia-smi -q -x` instead of NVML.
+dgx-gpu3 has no nvidia-ml-py, so its probe reads the stand-in `nvidia-smi -q -x` instead of NVML.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ STORAGE_SETUP = "mkdir -p /mnt/datasets /scratch && echo 'sample shard' > /mnt/d
 # n2: a storage path that hangs, a FIFO nobody writes to (opening it blocks like a dead NFS or
 # Lustre server); the probe gives it storage_timeout_s (5 s).
 STORAGE_HANG_FIFO = "/mnt/datasets/hang.fifo"
-# n3: an EFA instance on which the EFA software never ran: no EFA device, no fi_info, and the
+# dgx-gpu3: an EFA instance on which the EFA software never ran: no EFA device, no fi_info, and the
 # kernel's default memlock limit (8 MiB since Linux 5.16) where the installer's limits.d file
 # would make it unlimited. The limit is set on the node's sshd (new sessions inherit it), so
 # the outcome does not depend on the limit of the process that started the bed.
@@ -103,7 +103,7 @@ ROLES = {
         host_vars={**ACTIVE_VARS, "storage_paths": [*STORAGE_PATHS, STORAGE_HANG_FIFO]},
         setup=f"{STORAGE_SETUP} && mkfifo {STORAGE_HANG_FIFO}",
     ),
-    "n3": Role(
+    "dgx-gpu3": Role(
         "driver-560-missing-gpu7",
         (standins.DRIVERS["560"].metapackage, "numactl"),
         host_vars=N3_FABRIC,
@@ -114,11 +114,8 @@ ROLES = {
 
 
 def up(roles: dict[str, Role] = ROLES) -> Bed:
-    """A bed with one node per role (n1..nN, in order)."""
-    names = [f"n{i}" for i in range(1, len(roles) + 1)]
-    if sorted(roles) != sorted(names):
-        raise bedlib.BedError(f"roles must be named {', '.join(names)}")
-    return bedlib.up(len(roles))
+    """A bed with one node per role, named as the role is (its host and inventory name)."""
+    return bedlib.up(list(roles))
 
 
 def node_scenario(role: Role) -> str:

@@ -1,11 +1,11 @@
 """The fleet of fleet.py, set up by the project's roles (site.yml) instead of the bed helper.
 
 The nodes get their "hardware" from fleet.py (fake-NVML scenario, what the replaying tools
-print, storage fixtures, n4 stopped) and nothing installed, except n3: its 560 driver is the
+print, storage fixtures, n4 stopped) and nothing installed, except dgx-gpu3: its 560 driver is the
 one a node got before the roles existed, installed by the bed helper. site.yml refuses
-branches before 570 (its argument specs), so n3 keeps that driver with
+branches before 570 (its argument specs), so dgx-gpu3 keeps that driver with
 `nvidia_driver_install: false` (the role only reports it) and gets everything else from the
-roles; the health suite's driver check then fails n3, as in test_e2e.py.
+roles; the health suite's driver check then fails dgx-gpu3, as in test_e2e.py.
 
 What a real cluster has and the bed lacks, and the inventory vars that say so (bed_vars()):
 
@@ -21,10 +21,10 @@ What a real cluster has and the bed lacks, and the inventory vars that say so (b
 - `dcgmi discovery -l`: the dcgmi stand-in replays `diag` and `health` only
   (`dcgm_verify: false`);
 - the EFA installer: efa_installer_tarball() is a stand-in that records its version and
-  installs nothing, so n3 (`fabric: efa`) still has no EFA.
+  installs nothing, so dgx-gpu3 (`fabric: efa`) still has no EFA.
 
 n1 and n2 also get the mirror's python3-nvidia-ml-py (`nvidia_driver_extra_packages`), as the
-bed helper gives them: their probe reads NVML directly, n3's reads nvidia-smi.
+bed helper gives them: their probe reads NVML directly, dgx-gpu3's reads nvidia-smi.
 """
 
 from __future__ import annotations
@@ -74,11 +74,11 @@ echo "EFA installer {version} (gpuhealth test bed stand-in): nothing to install 
 
 
 def fleet_roles() -> dict[str, fleet.Role]:
-    """fleet.ROLES with nothing installed, but n3's old driver; nccl-tests where the role
+    """fleet.ROLES with nothing installed, but dgx-gpu3's old driver; nccl-tests where the role
     builds it (the health suite's default nccl_tests_dir)."""
     roles = {}
     for name, role in fleet.ROLES.items():
-        packages = role.packages if name == "n3" else ()
+        packages = role.packages if name == "dgx-gpu3" else ()
         host_vars = {k: v for k, v in role.host_vars.items() if k != "nccl_tests_dir"}
         roles[name] = dataclasses.replace(
             role,
@@ -125,12 +125,12 @@ def bed_vars(bed: Bed) -> dict[str, dict[str, Any]]:
         "gpud_sha256": sha256(bed, fleet.GPUD_STEM + ".tgz"),
         "efa_installer_sha256": sha256(bed, f"aws-efa-installer-{EFA_VERSION}.tar.gz"),
     }
-    # n1, n2 read NVML through nvidia-ml-py; n3 has none (the probe's nvidia-smi fallback).
+    # n1, n2 read NVML through nvidia-ml-py; dgx-gpu3 has none (the probe's nvidia-smi fallback).
     nvml = {"nvidia_driver_extra_packages": ["python3-nvidia-ml-py"]}
     return {
         "n1": {**common, **nvml},
         "n2": {**common, **nvml},
-        "n3": {**common, "nvidia_driver_install": False},
+        "dgx-gpu3": {**common, "nvidia_driver_install": False},
         "n4": common,
     }
 
@@ -158,7 +158,7 @@ def _os_archive(bed: Bed, nodes: list[str]) -> None:
 
 
 def provision(bed: Bed) -> dict[str, float]:
-    """The fleet's hardware, n3's old driver, an OS archive per node, the mirror's files and
+    """The fleet's hardware, dgx-gpu3's old driver, an OS archive per node, the mirror's files and
     the roles' inventory vars; seconds per step."""
     roles = fleet_roles()
     timings = fleet.provision(bed, roles)

@@ -1,7 +1,7 @@
 """End to end on the bed: controller -> SSH -> probe -> nvidia-ml-py or nvidia-smi -> fake NVML.
 
 The health suite runs exactly as a user runs it against a fleet (`pytest --hosts=ansible://...
--n 3`) on four nodes set up by fleet.py (n1 healthy; n2 ECC + reset + a hung storage path; n3
+-n 3`) on four nodes set up by fleet.py (n1 healthy; n2 ECC + reset + a hung storage path; dgx-gpu3
 old driver, a missing GPU read through the nvidia-smi fallback, and `fabric: efa` with no EFA;
 n4 unreachable), every family held to exactly the faults it plays. Then the load tests run as
 users run them (`--level standard` on n1 and n2: dcgmi diag and nccl-tests built on the nodes
@@ -37,7 +37,9 @@ pytestmark = [
 REPORTS = REPO / "reports" / "testbed"  # kept after the run: JUnit, Allure, HTML, screenshot
 STANDARD_REPORTS = REPORTS / "standard"  # the --level standard run's reports
 TIMINGS: dict[str, float] = {}
-LIVE = ("n1", "n2", "n3")
+# dgx-gpu3 is named like many real GPU hosts: its node tests (test_x[dgx-gpu3]) and GPU tests
+# (test_x[dgx-gpu3-gpu0]) must still be one host, with one probe, on one worker.
+LIVE = ("n1", "n2", "dgx-gpu3")
 QUICK = [c for c in registry.checks().values() if c.level == "quick"]  # not load tests
 QUICK_PER_GPU = [c.name for c in QUICK if c.scope == "gpu"]
 # What each node must fail at the default level, in every family; everything else of a live
@@ -45,12 +47,12 @@ QUICK_PER_GPU = [c.name for c in QUICK if c.scope == "gpu"]
 EXPECTED_FAILURES = {
     "n1": set(),
     "n2": {"test_ecc_errors[n2-gpu3]", "test_recovery_action[n2-gpu5]", "test_storage_paths[n2]"},
-    "n3": {"test_driver_version[n3]", "test_gpu_count[n3]"}
-    | {f"test_{name}[n3-gpu7]" for name in QUICK_PER_GPU}
-    | {f"test_recovery_action[n3-gpu{i}]" for i in range(8)}
-    # The EFA software never ran on n3: no device, no fi_info, no memlock raised for RDMA.
-    | {f"test_efa_{name}[n3]" for name in ("device_count", "fi_info", "ports_active")}
-    | {"test_memlock_limit[n3]"},
+    "dgx-gpu3": {"test_driver_version[dgx-gpu3]", "test_gpu_count[dgx-gpu3]"}
+    | {f"test_{name}[dgx-gpu3-gpu7]" for name in QUICK_PER_GPU}
+    | {f"test_recovery_action[dgx-gpu3-gpu{i}]" for i in range(8)}
+    # The EFA software never ran on dgx-gpu3: no device, no fi_info, no memlock raised for RDMA.
+    | {f"test_efa_{name}[dgx-gpu3]" for name in ("device_count", "fi_info", "ports_active")}
+    | {"test_memlock_limit[dgx-gpu3]"},
 }
 STANDARD_FAILURES = {"test_dcgm_diag_gpu[n2-gpu3]", "test_nccl_bandwidth[n2]"}
 
@@ -76,11 +78,11 @@ def failed(outcomes: dict[str, str]) -> set[str]:
 
 
 def expected_failures(host: str, facts: dict) -> set[str]:
-    """EXPECTED_FAILURES, plus n3's kernel modules where the host kernel lists modules: the
+    """EXPECTED_FAILURES, plus dgx-gpu3's kernel modules where the host kernel lists modules: the
     driver packages "load" nvidia there, and efa is missing like everything else of EFA."""
     found = set(EXPECTED_FAILURES[host])
-    if host == "n3" and facts["system"]["kernel_modules"] is not None:
-        found.add("test_kernel_modules[n3]")
+    if host == "dgx-gpu3" and facts["system"]["kernel_modules"] is not None:
+        found.add("test_kernel_modules[dgx-gpu3]")
     return found
 
 
@@ -148,15 +150,16 @@ def _down() -> None:
 def test_suite_ran_over_ssh_on_every_host(run):
     assert run.suite.rc == 1, run.suite.output[-3000:]  # failures found: exit status 1
     verdicts = run.suite.verdicts
-    assert verdicts["hosts"] == ["n1", "n2", "n3", "n4"]
+    assert verdicts["hosts"] == sorted(["n1", "n2", "dgx-gpu3", "n4"])
     facts = run.facts
     assert {host: doc["host"]["hostname"] for host, doc in facts.items()} == {h: h for h in LIVE}
     assert {host: doc["source"] for host, doc in facts.items()} == {
         "n1": "nvml",
         "n2": "nvml",
-        "n3": "nvidia-smi",  # no nvidia-ml-py on n3: the probe fell back to nvidia-smi -q -x
+        # No nvidia-ml-py on dgx-gpu3: the probe fell back to nvidia-smi -q -x.
+        "dgx-gpu3": "nvidia-smi",
     }
-    assert facts["n3"]["driver"]["version"] == "560.35.03"
+    assert facts["dgx-gpu3"]["driver"]["version"] == "560.35.03"
     assert facts["n1"]["driver"]["nvml_version"] == "12.570.86.15"
 
 
@@ -170,17 +173,17 @@ def test_installed_stand_ins_answer_the_probe(run):
         assert [(s["component"], s["health"]) for s in gpud["states"]] == [("echo", "Healthy")]
         assert run.facts[host]["gpud_events"]["events"] == []
         assert dcgm["health"] == {"overall": "Healthy", "incidents": []}
-    assert run.facts["n3"]["gpud"] == {
+    assert run.facts["dgx-gpu3"]["gpud"] == {
         "skipped": "GPUd not expected on this host (gpud_installed: false)"
     }
-    assert run.facts["n3"]["dcgm_health"] == {
+    assert run.facts["dgx-gpu3"]["dcgm_health"] == {
         "skipped": "DCGM not expected on this host (dcgm_installed: false)"
     }
 
 
 def test_exactly_one_probe_round_trip_per_host(run):
     """Counted by each node's sshd (LogLevel VERBOSE logs every command it starts)."""
-    assert run.probes == {"n1": 1, "n2": 1, "n3": 1}
+    assert run.probes == {"n1": 1, "n2": 1, "dgx-gpu3": 1}
 
 
 def test_healthy_node_passes(run):
@@ -192,7 +195,7 @@ def test_healthy_node_passes(run):
     assert verdict["failed"] == [] and verdict["counts"]["PASS"] > 0
 
 
-@pytest.mark.parametrize("host", ["n2", "n3"])
+@pytest.mark.parametrize("host", ["n2", "dgx-gpu3"])
 def test_faulty_nodes_fail_exactly_their_faults(run, host):
     tests = run.tests(host)
     expected = expected_failures(host, run.facts[host])
@@ -201,13 +204,14 @@ def test_faulty_nodes_fail_exactly_their_faults(run, host):
     verdict = run.suite.verdicts["nodes"][host]
     assert verdict["verdict"] == "FAIL"
     assert {(f["check"], f["gpu"]) for f in verdict["failed"]} == {
-        (name.split("[")[0].removeprefix("test_"), _gpu_of(name)) for name in expected
+        (name.split("[")[0].removeprefix("test_"), _gpu_of(name, host)) for name in expected
     }
 
 
-def _gpu_of(test_name: str) -> int | None:
-    params = test_name.split("[")[1].rstrip("]")
-    return int(params.rsplit("-gpu", 1)[1]) if "-gpu" in params else None
+def _gpu_of(test_name: str, host: str) -> int | None:
+    """The GPU of a test id of `host`'s (never parsed from the host name: dgx-gpu3 is a host)."""
+    slot = test_name.split("[", 1)[1].rstrip("]").removeprefix(host)
+    return int(slot.removeprefix("-gpu")) if slot else None
 
 
 def test_failure_messages_name_what_was_found(run):
@@ -218,17 +222,21 @@ def test_failure_messages_name_what_was_found(run):
         "1 of 3 storage paths failing: /mnt/datasets/hang.fifo: timed out after 5 s"
         in messages["test_storage_paths[n2]"]
     )
-    assert "expected 8 GPUs, found 7" in messages["test_gpu_count[n3]"]
-    assert "driver 560.35.03 is older than the required 570" in messages["test_driver_version[n3]"]
-    assert "predates the GPU recovery action" in messages["test_recovery_action[n3-gpu0]"]
-    assert "GPU index 7 missing on n3" in messages["test_temperature[n3-gpu7]"]
-    assert "expected at least 1 EFA devices, found 0" in messages["test_efa_device_count[n3]"]
-    assert "fi_info is not installed" in messages["test_efa_fi_info[n3]"]
+    assert "expected 8 GPUs, found 7" in messages["test_gpu_count[dgx-gpu3]"]
     assert (
-        "memlock limit 8192 KB, RDMA over efa needs unlimited" in messages["test_memlock_limit[n3]"]
+        "driver 560.35.03 is older than the required 570"
+        in messages["test_driver_version[dgx-gpu3]"]
     )
-    if "test_kernel_modules[n3]" in expected_failures("n3", run.facts["n3"]):
-        assert "efa (" in messages["test_kernel_modules[n3]"]
+    assert "predates the GPU recovery action" in messages["test_recovery_action[dgx-gpu3-gpu0]"]
+    assert "GPU index 7 missing on dgx-gpu3" in messages["test_temperature[dgx-gpu3-gpu7]"]
+    assert "expected at least 1 EFA devices, found 0" in messages["test_efa_device_count[dgx-gpu3]"]
+    assert "fi_info is not installed" in messages["test_efa_fi_info[dgx-gpu3]"]
+    assert (
+        "memlock limit 8192 KB, RDMA over efa needs unlimited"
+        in messages["test_memlock_limit[dgx-gpu3]"]
+    )
+    if "test_kernel_modules[dgx-gpu3]" in expected_failures("dgx-gpu3", run.facts["dgx-gpu3"]):
+        assert "efa (" in messages["test_kernel_modules[dgx-gpu3]"]
 
 
 def test_a_hung_storage_path_costs_one_timeout(run):
@@ -252,7 +260,7 @@ def test_every_skip_says_why(run):
     # H100s retire no pages (they remap rows); the bed's nodes have no systemd.
     assert "not supported" in messages["test_retired_pages[n1-gpu0]"]
     assert "systemctl not available" in messages["test_gpu_services[n1]"]
-    assert "not an InfiniBand host (fabric: efa" in messages["test_ib_port_count[n3]"]
+    assert "not an InfiniBand host (fabric: efa" in messages["test_ib_port_count[dgx-gpu3]"]
     assert "not run at level quick (use --level standard)" in messages["test_nccl_bandwidth[n1]"]
 
 
@@ -306,7 +314,7 @@ def test_html_report_shows_the_failures(run):
     TIMINGS["HTML: make report + Chromium (DOM, screenshot)"] = time.monotonic() - start
     assert index == REPORTS / "allure-report" / "index.html"
     shown_failed = {name for name, status in rendered.items() if status == "failed"}
-    for host in ("n2", "n3"):
+    for host in ("n2", "dgx-gpu3"):
         assert expected_failures(host, run.facts[host]) <= shown_failed, sorted(shown_failed)
     assert shown_failed == failed(run.suite.outcomes())  # the page and JUnit agree
     broken = {name for name, status in rendered.items() if status == "broken"}
