@@ -145,7 +145,7 @@ def healthy_h100() -> dict[str, Any]:
     facts["driver"]["version"] = "570.86.15"
     facts["pci"] = {"nvidia_gpus": [g["pci_bus_id"] for g in facts["gpus"]]}
     for gpu in facts["gpus"]:
-        gpu["clock_event_reasons"] = {"active": [], "mask": 0}
+        gpu["clock_event_reasons"] = {"active": [], "mask": 0, "unavailable": {}}
         gpu["recovery_action"] = 0
         gpu["nvlink"] = [{"link": n, "up": True} for n in range(18)]
         gpu["unavailable"] = {"retired_pages": gpu["unavailable"]["retired_pages"]}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import defusedxml.ElementTree
 import pytest
@@ -23,6 +24,7 @@ from gpuhealth.families.gpu.parse_smi import (
 )
 from gpuhealth.families.gpu.schema import GPU_KEYS
 from gpuhealth.parsing import ParseError
+from selftest.facts import judge
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 
@@ -44,6 +46,7 @@ ZERO_ECC = {
     "sram_uncorrected": 0,
     "dram_corrected": 0,
     "dram_uncorrected": 0,
+    "unavailable": {},
 }
 
 
@@ -91,6 +94,7 @@ def test_h100x8_text_535():
         assert gpu["clock_event_reasons"] == {
             "active": ["hw_slowdown", "hw_power_brake_slowdown"],
             "mask": None,
+            "unavailable": {},
         }
         assert gpu["remapped_rows"] == {
             "correctable": 0,
@@ -151,7 +155,7 @@ def test_titanv_text_560():
     assert kind(gpu, "ecc") == "not_supported"
     assert kind(gpu, "recovery_action") == "not_supported"
     assert gpu["persistence_mode"] is False
-    assert gpu["clock_event_reasons"] == {"active": ["gpu_idle"], "mask": None}
+    assert gpu["clock_event_reasons"] == {"active": ["gpu_idle"], "mask": None, "unavailable": {}}
     assert gpu["power_draw_w"] == 29.02 and gpu["power_limit_w"] == 250.0
     assert gpu["pcie"] == {
         "gen_current": 1,
@@ -213,7 +217,7 @@ def test_t4_xml_v11_515():
         "replay_count": 0,
     }
     # v11 `clocks_throttle_reasons`, all Not Active, read rather than missing
-    assert gpu["clock_event_reasons"] == {"active": [], "mask": None}
+    assert gpu["clock_event_reasons"] == {"active": [], "mask": None, "unavailable": {}}
     assert gpu["temperature_c"] == 40
     assert (gpu["temp_shutdown_c"], gpu["temp_slowdown_c"], gpu["temp_max_operating_c"]) == (
         96,
@@ -242,7 +246,11 @@ def test_t4_throttle_reason_names_are_read():
         )
     )
     gpu = nvidia_smi_xml.parse(text)["gpus"][0]
-    assert gpu["clock_event_reasons"] == {"active": ["sw_power_cap", "hw_slowdown"], "mask": None}
+    assert gpu["clock_event_reasons"] == {
+        "active": ["sw_power_cap", "hw_slowdown"],
+        "mask": None,
+        "unavailable": {},
+    }
 
 
 def test_rtx3060_xml_v12_570():
@@ -290,7 +298,7 @@ def test_rtx4000_ada_xml_v13_595():
     assert kind(gpu, "retired_pages") == "not_supported"
     assert gpu["serial"] == "REDACTED"
     assert gpu["architecture"] == "Ada Lovelace"
-    assert gpu["clock_event_reasons"] == {"active": ["gpu_idle"], "mask": None}
+    assert gpu["clock_event_reasons"] == {"active": ["gpu_idle"], "mask": None, "unavailable": {}}
     assert [p["pid"] for p in gpu["processes"]] == [4937, 34626]  # C and C+G
 
 
@@ -396,6 +404,7 @@ def test_ecc_parity_and_secded_are_summed():
         "sram_uncorrected": 5,
         "dram_corrected": 7,
         "dram_uncorrected": 1,
+        "unavailable": {},
     }
     assert ecc["aggregate"] == ZERO_ECC
 
@@ -509,3 +518,96 @@ def test_nvlink_status_of_8x_a100():
     assert down == {0: [{"link": 0, "up": False, "speed_gbps": None}]}
     with pytest.raises(ParseError, match="line 1"):
         nvidia_smi_nvlink.parse_status("Link 0: 25 GB/s\n")
+
+
+# ---------------------------------------------------------------- never a false pass
+
+
+def healthy_text() -> str:
+    """The 8x H100 sample with its real HW slowdown cleared: every GPU passes `throttle`."""
+    return (
+        read(H100X8)
+        .replace(
+            "HW Slowdown                       : Active",
+            "HW Slowdown                       : Not Active",
+        )
+        .replace(
+            "HW Power Brake Slowdown       : Active", "HW Power Brake Slowdown       : Not Active"
+        )
+    )
+
+
+def judged_gpu0(text: str, check: str) -> Any:
+    doc = nvidia_smi_text.parse(text)
+    doc["source"] = "evidence-file"
+    return judge(check, doc, 0)
+
+
+def test_cleared_sample_passes_throttle_and_ecc():
+    assert judged_gpu0(healthy_text(), "throttle").status.value == "PASS"
+    assert judged_gpu0(healthy_text(), "ecc_errors").status.value == "PASS"
+
+
+@pytest.mark.parametrize(
+    ("line", "replacement", "status", "message"),
+    [
+        # A missing reason line is not "Not Active".
+        (
+            "        HW Slowdown                       : Not Active\n",
+            "",
+            "FAIL",
+            "could not read clock event reason hw_slowdown: nvidia-smi: no line for hw_slowdown",
+        ),
+        (
+            "        HW Slowdown                       : Not Active\n",
+            "        HW Slowdown                       : N/A\n",
+            "SKIP",
+            "clock event reason hw_slowdown not supported here (nvidia-smi: N/A for hw_slowdown)",
+        ),
+    ],
+    ids=["line-missing", "n/a"],
+)
+def test_unknown_clock_reason_is_never_not_active(line, replacement, status, message):
+    text = healthy_text()
+    assert line in text
+    result = judged_gpu0(text.replace(line, replacement, 1), "throttle")
+    assert (result.status.value, result.result.message) == (status, message)
+
+
+@pytest.mark.parametrize(
+    ("replacement", "require_ecc", "status", "message"),
+    [
+        ("", False, "FAIL", "volatile uncorrected count unknown (nvidia-smi printed no dram_"),
+        (
+            "            DRAM Uncorrectable            : N/A\n",
+            True,
+            "FAIL",
+            "volatile uncorrected count unknown (Volatile/DRAM Uncorrectable: nvidia-smi: N/A)",
+        ),
+        (
+            "            DRAM Uncorrectable            : N/A\n",
+            False,
+            "SKIP",
+            "not evaluated: volatile uncorrected count unknown (Volatile/DRAM Uncorrectable: ",
+        ),
+    ],
+    ids=["line-missing", "n/a-required", "n/a"],
+)
+def test_ecc_total_of_a_missing_part_is_unknown_not_zero(replacement, require_ecc, status, message):
+    line = "            DRAM Uncorrectable            : 0\n"
+    text = healthy_text()
+    assert line in text
+    doc = nvidia_smi_text.parse(text.replace(line, replacement, 1))
+    gpu = doc["gpus"][0]
+    assert gpu["ecc"]["volatile"]["uncorrected"] is None
+    assert gpu["ecc"]["volatile"]["sram_uncorrected"] == 0  # the part that is there stays
+    result = judge("ecc_errors", doc, 0, require_ecc=require_ecc)
+    assert result.status.value == status and result.result.message.startswith(message)
+
+
+def test_a_negative_count_is_an_error_not_a_count():
+    line = "            DRAM Uncorrectable            : 0\n"
+    text = healthy_text().replace(line, line.replace(": 0", ": -2"), 1)
+    gpu = nvidia_smi_text.parse(text)["gpus"][0]
+    assert gpu["ecc"] is None and gpu["unavailable"]["ecc"]["kind"] == "error"
+    assert "-2" in gpu["unavailable"]["ecc"]["detail"]

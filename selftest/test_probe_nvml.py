@@ -132,7 +132,7 @@ ZERO_COUNTS = dict.fromkeys(
         "dram_uncorrected",
     ),
     0,
-)
+) | {"unavailable": {}}
 
 
 @pytest.mark.parametrize("name", REQUIRED_SCENARIOS)
@@ -182,7 +182,7 @@ def test_healthy_node(probe):
             "pending": False,
             "failure": False,
         }
-        assert gpu["clock_event_reasons"] == {"active": ["gpu_idle"], "mask": 1}
+        assert gpu["clock_event_reasons"] == {"active": ["gpu_idle"], "mask": 1, "unavailable": {}}
         assert (gpu["power_draw_w"], gpu["power_limit_w"]) == (120.0, 700.0)
         assert gpu["pcie"] == {
             "gen_current": 5,
@@ -242,6 +242,7 @@ def test_hot_gpu2(probe):
     assert hot["clock_event_reasons"] == {
         "active": ["sw_thermal_slowdown", "hw_thermal_slowdown"],
         "mask": 0x60,
+        "unavailable": {},
     }
     assert {gpu["temperature_c"] for gpu in facts["gpus"] if gpu["index"] != 2} == {40}
 

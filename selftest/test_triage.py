@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,27 @@ def test_xml_entity_bombs_are_refused(tmp_path):
     )
     proc = triage(str(bomb))
     assert proc.returncode == 2
+
+
+@pytest.mark.parametrize("args", [(), ("--profile", "default")], ids=["h100-profile", "no-count"])
+def test_output_cut_after_two_of_eight_gpus_is_incomplete_never_a_pass_or_an_rma(tmp_path, args):
+    text = (DATA / "gpud_h100x8_535.161.08_query.txt").read_text()
+    third = text.index("\nGPU 00000000:", text.index("\nGPU 00000000:3B:00.0") + 1)
+    cut = tmp_path / "cut.txt"
+    cut.write_text(text[:third])
+    proc = triage(str(cut), "--json", *args)
+    assert proc.returncode == 1, proc.stderr
+    (count,) = [f for f in findings(proc)["findings"] if f["check"] == "gpu_count"]
+    assert (count["status"], count["action"]) == ("FAIL", "RERUN")
+    assert "the evidence is incomplete: it says 8 GPUs are attached but holds records of 2" in (
+        count["message"]
+    )
+
+
+def test_the_terminal_lists_what_was_judged_and_counts_what_was_not():
+    proc = triage(str(DATA / "gpud_h100_535.183.01_query_truncated.txt"))
+    assert "not evaluated" not in "".join(proc.stdout.splitlines()[:-2])
+    hidden = re.search(r"(\d+) not evaluated for want of evidence; -v lists them", proc.stdout)
+    assert hidden and int(hidden.group(1)) > 100  # 8 GPUs' worth of absent sections
+    verbose = triage(str(DATA / "gpud_h100_535.183.01_query_truncated.txt"), "-v")
+    assert verbose.stdout.count("not evaluated:") == int(hidden.group(1))

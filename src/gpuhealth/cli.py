@@ -90,17 +90,24 @@ def _triage(args: argparse.Namespace) -> int:
     else:
         for line in headers:
             print(line)
-        shown = [o for o in outcomes if args.verbose or o.status != "PASS"]
-        for o in shown:
+        for o in outcomes:
+            if (o.status == "PASS" or _not_evaluated(o)) and not args.verbose:
+                continue
             action = f" [{o.action}]" if o.status in ("FAIL", "WARN") else ""
             print(f"{o.status:<5} {o.check:<16} {o.label}: {o.message}{action}")
             if o.advice and o.status in ("FAIL", "WARN"):
                 print(f"{'':<22} advice: {o.advice}")
         passed = sum(o.status == "PASS" for o in outcomes)
-        if not args.verbose and passed:
-            print(f"({passed} checks passed; -v lists them)")
+        hidden = sum(o.status == "SKIP" and _not_evaluated(o) for o in outcomes)
+        if not args.verbose and (passed or hidden):
+            print(f"({passed} passed, {hidden} not evaluated for want of evidence; -v lists them)")
         print(f"verdict: {verdict}")
     return EXIT_PASS if verdict in ("PASS", "WARN") else EXIT_FAIL
+
+
+def _not_evaluated(outcome: reporting.Outcome) -> bool:
+    """A check the evidence holds no data for (listed with -v only)."""
+    return outcome.message.startswith("not evaluated:")
 
 
 def probe_config(profile: str | None, root: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
@@ -34,6 +34,17 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
 
+Count = Annotated[StrictInt, Field(ge=0)]
+
+
+class EccGroup(_Record):
+    """Volatile or aggregate ECC counts; a count that is null says why under `unavailable`."""
+
+    corrected: Count | None = None
+    uncorrected: Count | None = None
+    unavailable: dict[str, dict[str, Any]] = {}
+
+
 class GpuRecord(_Record):
     """The fields of a GPU record the checks compute with, typed; the rest is kept as is."""
 
@@ -50,7 +61,7 @@ class GpuRecord(_Record):
     power_draw_w: Number | None = None
     power_limit_w: Number | None = None
     recovery_action: StrictInt | None = None
-    ecc: dict[str, dict[str, StrictInt | None] | None] | None = None
+    ecc: dict[str, EccGroup | None] | None = None
     retired_pages: dict[str, StrictInt | StrictBool | None] | None = None
     remapped_rows: dict[str, StrictInt | StrictBool | None] | None = None
     pcie: dict[str, StrictInt | None] | None = None

@@ -6,7 +6,16 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from gpuhealth.checks import CheckSet, NodeView, StopCheck, need, require_nvidia
+from gpuhealth.checks import (
+    CheckSet,
+    NodeView,
+    StopCheck,
+    detail,
+    missing,
+    need,
+    require_nvidia,
+)
+from gpuhealth.facts import reason
 from gpuhealth.families.gpu.limits import GpuLimits
 from gpuhealth.families.gpu.schema import recovery_action_name
 from gpuhealth.results import Action, Result, failed, passed, skipped, warned
@@ -75,6 +84,16 @@ def gpu_count(node: NodeView) -> Result:
     expected = node.expected_gpus
     found = len(node.facts.get("gpus") or [])
     require_nvidia(node)
+    reported = node.facts.get("gpu_count")
+    if node.from_evidence and reported is not None and reported != found:
+        # The file says how many GPUs are attached: records missing from it were cut off, not
+        # lost by the node, so neither an RMA nor "as expected" can be concluded.
+        return failed(
+            f"the evidence is incomplete: it says {reported} GPUs are attached but holds "
+            f"records of {found}",
+            Action.RERUN,
+            "collect the whole output again (nvidia-smi -q > file) and triage that",
+        )
     if expected is None:
         return skipped(f"found {found} GPUs; no expected count (set gpu_count or --expected-gpus)")
     if found == expected:
@@ -190,26 +209,38 @@ def ecc_errors(node: NodeView, gpu: dict[str, Any]) -> Result:
         ("aggregate", "uncorrected"): lim.max_ecc_uncorrected_aggregate,
         ("aggregate", "corrected"): lim.max_ecc_corrected_aggregate,
     }
-    problems = []
+    problems, unknown, kinds = [], [], set()
     uncorrected = False
     for (scope, kind), limit in limits.items():
         if limit is None:
             continue
-        value = (ecc.get(scope) or {}).get(kind)
+        group = ecc.get(scope) or {}
+        value = group.get(kind)
         if value is None:
-            problems.append(f"{scope} {kind} count not reported")
+            unknown.append(f"{scope} {kind} count unknown ({detail(group, kind)})")
+            kinds.add(reason(group, kind)["kind"])
         elif value > limit:
             problems.append(f"{scope} {kind} ECC errors {value} > {limit}")
             uncorrected = uncorrected or kind == "uncorrected"
     if uncorrected:
         return failed(
-            "; ".join(problems),
+            "; ".join(problems + unknown),
             Action.RESET_GPU,
             "drain the node and reset the GPU; if uncorrectable errors recur or rows cannot be "
             "remapped, RMA the GPU",
         )
     if problems:
-        return failed("; ".join(problems), Action.INSPECT, "watch the trend; RMA if it grows")
+        return failed(
+            "; ".join(problems + unknown), Action.INSPECT, "watch the trend; RMA if it grows"
+        )
+    if unknown and (kinds == {"absent"} or (kinds == {"not_supported"} and not lim.require_ecc)):
+        return skipped(f"not evaluated: {'; '.join(unknown)}")
+    if unknown:  # a count nobody could read is not a count of zero
+        return failed(
+            "; ".join(unknown),
+            Action.RERUN,
+            "re-run; if the counts stay unreadable, check the driver (nvidia-smi -q -d ECC)",
+        )
     vol = ecc.get("volatile") or {}
     return passed(
         f"ECC ok (volatile uncorrected {vol.get('uncorrected')}, corrected {vol.get('corrected')})"
@@ -294,6 +325,7 @@ def throttle(node: NodeView, gpu: dict[str, Any]) -> Result:
     """No hardware slowdown, thermal slowdown or power brake active (SW power cap warns)."""
     reasons = need(gpu, "clock_event_reasons", "clock event (throttle) reasons")
     active = reasons.get("active") or []
+    unread = reasons.get("unavailable") or {}
     hard = [r for r in _HARD_REASONS if r in active]
     if hard:
         return failed(
@@ -302,11 +334,18 @@ def throttle(node: NodeView, gpu: dict[str, Any]) -> Result:
             "hardware slowdown: check PSU/power brake signals and cooling; if it persists after "
             "a reboot, have the baseboard inspected",
         )
+    # A reason with no reading is unknown: "not active" would be a claim without evidence.
+    unknown = [r for r in _HARD_REASONS if r in unread]
+    if unknown:
+        return missing(reasons, unknown[0], f"clock event reason {', '.join(unknown)}")
     soft = [r for r in _SOFT_REASONS if r in active]
     if soft:
         return warned(
             f"clocks reduced by {', '.join(soft)}", Action.INSPECT, "check power caps and cooling"
         )
+    unknown = [r for r in _SOFT_REASONS if r in unread]
+    if unknown:
+        return missing(reasons, unknown[0], f"clock event reason {', '.join(unknown)}")
     return passed(f"no slowdown active ({', '.join(active) or 'none'})")
 
 

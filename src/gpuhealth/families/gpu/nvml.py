@@ -80,7 +80,9 @@ def _watts(milliwatts: int) -> float:
 
 
 def _clock_reasons(mask: int) -> dict:
-    return {"active": [name for name, bit in CLOCK_REASON_BITS.items() if mask & bit], "mask": mask}
+    """Every reason is known from the bitmask: none is unavailable."""
+    active = [name for name, bit in CLOCK_REASON_BITS.items() if mask & bit]
+    return {"active": active, "mask": mask, "unavailable": {}}
 
 
 class _GpuReader:
@@ -190,7 +192,7 @@ class _GpuReader:
             return
         ecc: Dict[str, Any] = {}
         for counter, counter_type in _COUNTERS.items():
-            counts: Dict[str, Any] = {}
+            counts: Dict[str, Any] = {"unavailable": {}}
             for error, error_type in _ERROR_TYPES.items():
                 self.read(
                     counts,

@@ -11,7 +11,7 @@ Stdlib only: shipped to GPU nodes inside the probe.
 import re
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple, Union
 
-from gpuhealth.facts import mark_unavailable
+from gpuhealth.facts import mark_unavailable, why
 from gpuhealth.families.gpu.schema import (
     CLOCK_REASON_BITS,
     RECOVERY_ACTIONS,
@@ -280,9 +280,10 @@ def clock_reason_name(label: str) -> Optional[str]:
 
 
 def clock_reasons(active: List[str]) -> Dict[str, Any]:
-    """`{"active": [...], "mask": None}`: nvidia-smi gives names only, never the bitmask."""
+    """`{"active": [...], "mask": None, "unavailable": {}}`: nvidia-smi gives names only, never
+    the bitmask; a reason it gave no reading for goes under `unavailable`."""
     ordered = sorted(set(active), key=lambda name: CLOCK_REASON_BITS[name])
-    return {"active": ordered, "mask": None}
+    return {"active": ordered, "mask": None, "unavailable": {}}
 
 
 def recovery_action_value(text: str) -> int:
@@ -304,10 +305,9 @@ def driver_major(version: Optional[str]) -> Optional[int]:
     return int(match.group(1)) if match else None
 
 
-def sum_parts(*parts: Optional[int]) -> Optional[int]:
-    """Total of the parts that have a value; None when none has."""
-    values = [p for p in parts if p is not None]
-    return sum(values) if values else None
+def parts_of(group: Dict[str, Any]) -> List[Optional[int]]:
+    """The counts of an ECC group (its totals and parts), without its `unavailable` map."""
+    return [value for key, value in group.items() if key != "unavailable"]
 
 
 # --------------------------------------------------------------------------- builder
@@ -438,6 +438,7 @@ class _Builder:
         if section is None:
             return
         groups: Dict[str, Dict[str, Optional[int]]] = {"volatile": {}, "aggregate": {}}
+        why_not: Dict[str, Dict[str, Unavailable]] = {"volatile": {}, "aggregate": {}}
         for path, raw in section.items():
             head, _, rest = path.partition("/")
             group = groups.get(norm(head))
@@ -448,11 +449,14 @@ class _Builder:
             if reason is not None and reason.kind == "error":
                 self.unavailable("ecc", Unavailable("error", f"ECC {path}: {reason.detail}"))
                 return
-            group.setdefault(part, value)
+            if part not in group:
+                group[part] = value
+                if reason is not None:
+                    why_not[norm(head)][part] = Unavailable(reason.kind, f"{path}: {reason.detail}")
         result: Dict[str, Any] = {}
         for name, parts in groups.items():
-            result[name] = _ecc_totals(parts) if parts else None
-        counts = [v for totals in result.values() if totals for v in totals.values()]
+            result[name] = _ecc_totals(parts, why_not[name]) if parts else None
+        counts = [v for group in result.values() if group for v in parts_of(group)]
         if all(v is None for v in counts):
             self.unavailable(
                 "ecc", Unavailable("not_supported", "nvidia-smi: all ECC counters N/A")
@@ -545,7 +549,14 @@ class _Builder:
                 else self.missing,
             )
             return
-        self.gpu["clock_event_reasons"] = clock_reasons(active)
+        reasons = clock_reasons(active)
+        # A reason nvidia-smi did not print, or printed as N/A, is unknown, not "Not Active".
+        for name in CLOCK_REASON_BITS:
+            if name not in read:
+                kind = "not_supported" if name in not_supported else "error"
+                printed = "N/A" if name in not_supported else "no line"
+                reasons["unavailable"][name] = why(kind, f"nvidia-smi: {printed} for {name}")
+        self.gpu["clock_event_reasons"] = reasons
 
     def pcie(self) -> None:
         names = {
@@ -648,35 +659,51 @@ def _first(values: Dict[str, List[Any]], key: str) -> Any:
     return found[0] if found else None
 
 
-def _ecc_totals(parts: Dict[str, Optional[int]]) -> Dict[str, Optional[int]]:
+def _ecc_totals(parts: Dict[str, Optional[int]], reasons: Dict[str, Unavailable]) -> Dict[str, Any]:
     """Facts ECC group from the parts nvidia-smi printed (v11-v13 SRAM/DRAM, or older
-    single/double bit); totals are sums of the parts, so SRAM parity + SEC-DED both count."""
-    sram_c = parts.get("sram_correctable")
-    sram_u = parts.get("sram_uncorrectable")
-    if sram_u is None:
-        sram_u = sum_parts(
-            parts.get("sram_uncorrectable_parity"), parts.get("sram_uncorrectable_secded")
-        )
-    dram_c = parts.get("dram_correctable")
-    if dram_c is None:
-        dram_c = parts.get("single_bit_device_memory")
-    dram_u = parts.get("dram_uncorrectable")
-    if dram_u is None:
-        dram_u = parts.get("double_bit_device_memory")
-    corrected = parts.get("single_bit_total")
-    if corrected is None:
-        corrected = sum_parts(sram_c, dram_c)
-    uncorrected = parts.get("double_bit_total")
-    if uncorrected is None:
-        uncorrected = sum_parts(sram_u, dram_u)
-    return {
-        "corrected": corrected,
-        "uncorrected": uncorrected,
+    single/double bit with a total). A total is the sum of its parts only when every part has
+    a value: a part printed N/A, unreadable or not printed at all leaves the total unknown,
+    with the reason under `unavailable` (never a sum of what remains)."""
+    old_layout = "single_bit_total" in parts or "double_bit_total" in parts
+
+    def part(*names: str) -> Tuple[Optional[int], Optional[Unavailable]]:
+        """The first of `names` printed with a value; else why there is none."""
+        for name in names:
+            if parts.get(name) is not None:
+                return parts[name], None
+        for name in names:
+            if name in reasons:
+                return None, reasons[name]
+        if old_layout:
+            return None, Unavailable("not_supported", "this nvidia-smi has no SRAM/DRAM split")
+        return None, Unavailable("error", f"nvidia-smi printed no {names[0]} line")
+
+    def total(whole: str, *pieces: Tuple[Optional[int], Optional[Unavailable]]) -> Any:
+        if parts.get(whole) is not None:
+            return parts[whole], None
+        unknown = [reason for _, reason in pieces if reason is not None]
+        return (None, unknown[0]) if unknown else (sum(value or 0 for value, _ in pieces), None)
+
+    sram_c = part("sram_correctable")
+    sram_u = part("sram_uncorrectable")
+    if sram_u[0] is None and "sram_uncorrectable" not in reasons:
+        # v13 prints it as parity and SEC-DED errors: both count.
+        sram_u = total("", part("sram_uncorrectable_parity"), part("sram_uncorrectable_secded"))
+    dram_c = part("dram_correctable", "single_bit_device_memory")
+    dram_u = part("dram_uncorrectable", "double_bit_device_memory")
+    values = {
+        "corrected": total("single_bit_total", sram_c, dram_c),
+        "uncorrected": total("double_bit_total", sram_u, dram_u),
         "sram_corrected": sram_c,
         "sram_uncorrected": sram_u,
         "dram_corrected": dram_c,
         "dram_uncorrected": dram_u,
     }
+    group: Dict[str, Any] = {key: value for key, (value, _) in values.items()}
+    group["unavailable"] = {
+        key: why(reason.kind, reason.detail) for key, (_, reason) in values.items() if reason
+    }
+    return group
 
 
 def build_gpu(
