@@ -118,8 +118,9 @@ def test_output_cut_after_two_of_eight_gpus_is_incomplete_never_a_pass_or_an_rma
     assert proc.returncode == 1, proc.stderr
     (count,) = [f for f in findings(proc)["findings"] if f["check"] == "gpu_count"]
     assert (count["status"], count["action"]) == ("FAIL", "RERUN")
-    assert "the evidence is incomplete: it says 8 GPUs are attached but holds records of 2" in (
-        count["message"]
+    assert (
+        "the evidence is incomplete: it says 8 GPUs are attached but holds records of 2"
+        in (count["message"])
     )
 
 
