@@ -187,16 +187,36 @@ def test_power_capped_below_sku_fails_and_overdraw_fails():
     assert run("power", facts, 0).status == "FAIL"
 
 
-def test_pcie_downtrained_width_fails_and_idle_gen_drop_passes():
+def test_pcie_downtrained_width_fails():
     facts = healthy_h100()
     facts["gpus"][0]["pcie"]["width_current"] = 8
     result = run("pcie_link", facts, 0)
     assert result.status == "FAIL" and "x8, expected x16" in result.text
+
+
+@pytest.mark.parametrize(
+    ("pstate", "utilization", "idle_reason", "status", "message"),
+    [
+        ("P0", 0, False, "WARN", "down-trained to gen1 of gen5 while busy (P0)"),
+        ("P2", 87, False, "WARN", "down-trained to gen1 of gen5 while busy (87 % utilisation)"),
+        # A process holds memory (no gpu_idle reason) on an idle GPU in P8: gen1 is normal.
+        ("P8", 0, False, "PASS", "PCIe gen1 (idle; gen5 capable) x16"),
+        (None, None, True, "PASS", "PCIe gen1 (idle; gen5 capable) x16"),
+        (None, None, False, "PASS", "the GPU's load is unknown, so the link speed is not judged"),
+    ],
+    ids=["p0", "busy", "p8-with-process", "idle-reason", "unknown"],
+)
+def test_pcie_generation_is_judged_only_under_load(
+    pstate, utilization, idle_reason, status, message
+):
     facts = healthy_h100()
-    facts["gpus"][0]["pcie"]["gen_current"] = 1
-    assert run("pcie_link", facts, 0).status == "WARN"
-    facts["gpus"][0]["clock_event_reasons"]["active"] = ["gpu_idle"]
-    assert run("pcie_link", facts, 0).status == "PASS"
+    gpu = facts["gpus"][0]
+    gpu["pcie"]["gen_current"] = 1
+    gpu["performance_state"], gpu["utilization_gpu_pct"] = pstate, utilization
+    gpu["clock_event_reasons"]["active"] = ["gpu_idle"] if idle_reason else []
+    gpu["processes"] = [] if idle_reason else [{"pid": 7, "name": "python", "used_memory_mib": 9}]
+    result = run("pcie_link", facts, 0)
+    assert result.status == status and message in result.text
 
 
 def test_nvlink_link_down_fails_naming_the_link():

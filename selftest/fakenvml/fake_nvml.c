@@ -28,6 +28,8 @@
  *     retired_pages.<single_bit|double_bit|pending> (NOT_SUPPORTED, as on Ampere and later)
  *     remapped_rows.<correctable|uncorrectable|pending|failure> (0)
  *     clocks_event_reasons (0x1 gpu_idle)  power.draw_w (120)  power.limit_w (700)
+ *     pstate (0: P0, as an idle H100 in persistence mode; 8 = P8; 32 = unknown)
+ *     utilization.<gpu|memory> (0 0, percent)
  *     pcie.<gen_current|gen_max|width_current|width_max|replay_count> (5 5 16 16 0)
  *     nvlink.count (18; 0 = PCIe-only board)  nvlink.<link> (1 = up)
  *     processes ("pid:used_mib,pid:used_mib", none)
@@ -86,6 +88,7 @@ typedef struct {
     char busId[32];
 } nvmlPciInfo_t;
 typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
 typedef struct { unsigned int version, sensorType; int temperature; } nvmlTemperature_t;
 typedef struct { unsigned int version; int marginTemperature; } nvmlMarginTemperature_t;
 typedef struct {
@@ -625,6 +628,27 @@ nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t dev, unsigned int *lim
 {
     ENTER_DEVICE(dev);
     return milliwatts(dev->index, "power.limit_w", "700", limit);
+}
+
+nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t dev, int *pstate)
+{
+    unsigned int value;
+
+    ENTER_DEVICE(dev);
+    if (!pstate)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    TRY(gpu_uint(dev->index, "pstate", "0", &value));
+    *pstate = (int)value;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t dev, nvmlUtilization_t *rates)
+{
+    ENTER_DEVICE(dev);
+    if (!rates)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    TRY(gpu_uint(dev->index, "utilization.gpu", "0", &rates->gpu));
+    return gpu_uint(dev->index, "utilization.memory", "0", &rates->memory);
 }
 
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t dev, unsigned int *gen)

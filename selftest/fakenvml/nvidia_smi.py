@@ -68,6 +68,10 @@ class PciInfo(ctypes.Structure):
     ]
 
 
+class Utilization(ctypes.Structure):
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+
 class Memory(ctypes.Structure):
     _fields_ = [
         ("total", ctypes.c_ulonglong),
@@ -203,6 +207,11 @@ def gpu_lines(nv: Nvml, dev: ctypes.c_void_p, driver_major: int) -> list[str]:
         )
     )
 
+    pstate = uint("nvmlDeviceGetPerformanceState")
+    if pstate.isdigit():  # else what nvidia-smi prints for an error (N/A, ...)
+        pstate = f"P{pstate}" if int(pstate) <= 15 else "Unknown"
+    leaf("performance_state", pstate)
+
     try:
         reasons = ctypes.c_ulonglong()
         nv.call("nvmlDeviceGetCurrentClocksEventReasons", dev, ctypes.byref(reasons))
@@ -228,6 +237,20 @@ def gpu_lines(nv: Nvml, dev: ctypes.c_void_p, driver_major: int) -> list[str]:
         mib = dict.fromkeys(("total", "used", "free"), exc.text)
     out.extend(
         element("fb_memory_usage", [line for k, v in mib.items() for line in element(k, v, 3)], 2)
+    )
+
+    try:
+        rates = Utilization()
+        nv.call("nvmlDeviceGetUtilizationRates", dev, ctypes.byref(rates))
+        utilization = {"gpu_util": f"{rates.gpu} %", "memory_util": f"{rates.memory} %"}
+    except NvmlError as exc:
+        utilization = dict.fromkeys(("gpu_util", "memory_util"), exc.text)
+    out.extend(
+        element(
+            "utilization",
+            [line for k, v in utilization.items() for line in element(k, v, 3)],
+            2,
+        )
     )
 
     try:

@@ -60,6 +60,8 @@ class GpuRecord(_Record):
     temp_slowdown_c: Number | None = None
     power_draw_w: Number | None = None
     power_limit_w: Number | None = None
+    performance_state: StrictStr | None = None
+    utilization_gpu_pct: Annotated[StrictInt, Field(ge=0, le=100)] | None = None
     recovery_action: StrictInt | None = None
     ecc: dict[str, EccGroup | None] | None = None
     retired_pages: dict[str, StrictInt | StrictBool | None] | None = None

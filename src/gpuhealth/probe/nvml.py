@@ -133,13 +133,17 @@ class Session:
         *args: Any,
         convert: Optional[Callable[[Any], Any]] = None,
     ) -> None:
-        """obj[keys] = convert(pynvml.<name>(*args)); a tuple of keys takes a tuple of values."""
+        """obj[keys] = convert(pynvml.<name>(*args)); a tuple of keys takes a tuple of values.
+        A value `convert` refuses (ValueError) is an error for those keys, never a guess."""
         try:
             value = self.call(label, name, *args)
+            value = convert(value) if convert else value
         except Unavailable as why:
             self.note(obj, keys, why)
             return
-        value = convert(value) if convert else value
+        except ValueError as exc:
+            self.note(obj, keys, Unavailable("error", label, f"unusable value: {exc}"))
+            return
         if isinstance(keys, str):
             obj[keys] = value
         else:

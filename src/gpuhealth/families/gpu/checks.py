@@ -375,6 +375,25 @@ def power(node: NodeView, gpu: dict[str, Any]) -> Result:
 _RESEAT = "reseat the GPU/riser and check the slot's BIOS settings"
 
 
+def _load(gpu: dict[str, Any]) -> str | None:
+    """Why the GPU counts as busy ("P0", "37 % utilisation"), "" when idle, None if unknown.
+
+    A GPU drops its PCIe link speed below P0 to save power, also while a process merely holds
+    memory on it; at P0 or under load the link must run at full speed.
+    """
+    pstate, utilization = gpu.get("performance_state"), gpu.get("utilization_gpu_pct")
+    if utilization:
+        return f"{utilization} % utilisation"
+    if pstate == "P0":
+        return "P0"
+    if pstate is not None:
+        return ""
+    reasons = gpu.get("clock_event_reasons") or {}
+    if "gpu_idle" in (reasons.get("active") or []):
+        return ""
+    return None
+
+
 @CHECKS.gpu("pcie_link", "pcie")
 def pcie_link(node: NodeView, gpu: dict[str, Any]) -> Result:
     """PCIe link at the expected generation and width (down-training is reported)."""
@@ -397,10 +416,15 @@ def pcie_link(node: NodeView, gpu: dict[str, Any]) -> Result:
         if value < wanted:
             return failed(f"PCIe link {shortfall}", Action.INSPECT, _RESEAT)
     if gen is not None and gen_max is not None and gen < gen_max:
-        idle = "gpu_idle" in ((gpu.get("clock_event_reasons") or {}).get("active") or [])
-        if not idle:
+        load = _load(gpu)
+        if load is None:
+            return passed(
+                f"PCIe gen{gen} of gen{gen_max} x{width}; the GPU's load is unknown, so the "
+                "link speed is not judged (an idle GPU lowers it)"
+            )
+        if load:
             return warned(
-                f"PCIe link down-trained to gen{gen} of gen{gen_max} while busy",
+                f"PCIe link down-trained to gen{gen} of gen{gen_max} while busy ({load})",
                 Action.INSPECT,
                 _RESEAT,
             )

@@ -79,6 +79,19 @@ def _watts(milliwatts: int) -> float:
     return round(milliwatts / 1000, 2)
 
 
+def _pstate(value: int) -> str:
+    """NVML_PSTATE_0..15 as "P0".."P15"; NVML_PSTATE_UNKNOWN (32) is no reading."""
+    if not 0 <= value <= 15:
+        raise ValueError(f"performance state {value}")
+    return f"P{value}"
+
+
+def _percent(value: int) -> int:
+    if not 0 <= value <= 100:
+        raise ValueError(f"utilisation {value} %")
+    return value
+
+
 def _clock_reasons(mask: int) -> dict:
     """Every reason is known from the bitmask: none is unavailable."""
     active = [name for name, bit in CLOCK_REASON_BITS.items() if mask & bit]
@@ -251,6 +264,13 @@ class _GpuReader:
         )
         self.read(gpu, "power_draw_w", "nvmlDeviceGetPowerUsage", convert=_watts)
         self.read(gpu, "power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", convert=_watts)
+        self.read(gpu, "performance_state", "nvmlDeviceGetPerformanceState", convert=_pstate)
+        self.read(
+            gpu,
+            "utilization_gpu_pct",
+            "nvmlDeviceGetUtilizationRates",
+            convert=lambda rates: _percent(rates.gpu),
+        )
 
     def _pcie(self) -> None:
         pcie: Dict[str, Any] = {}

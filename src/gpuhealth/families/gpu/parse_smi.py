@@ -140,6 +140,24 @@ to_celsius = _unit(int, "C", signed=True)  # "29 C"; T.Limit offsets are negativ
 to_watts = _unit(float, "W")  # "67.74 W"
 to_link_width = _unit(int, "x")  # "16x"
 to_link_gen = _unit(int)  # "5"
+_percent = _unit(int, "%")
+
+
+def to_percent(text: str) -> int:
+    """ "37 %" -> 37; beyond 100 is not a utilisation."""
+    value = _percent(text)
+    if value > 100:
+        raise ValueError(text)
+    return int(value)
+
+
+def to_pstate(text: str) -> str:
+    """ "P0" .. "P15" as printed (P0 is full performance, P8 and up idle)."""
+    match = re.fullmatch(r"P(\d{1,2})", text)
+    if match is None or int(match.group(1)) > 15:
+        raise ValueError(text)
+    return f"P{int(match.group(1))}"
+
 
 _TRUE = {"enabled", "active", "yes", "true", "on"}
 _FALSE = {"disabled", "notactive", "no", "false", "off"}
@@ -642,6 +660,8 @@ class _Builder:
             "power_draw_w", ("power_draw", "power_draw_average", "power_draw_instant"), to_watts
         )
         self.scalar("power_limit_w", "power_limit", to_watts)
+        self.scalar("performance_state", "performance_state", to_pstate)
+        self.scalar("utilization_gpu_pct", "utilization_gpu", to_percent)
         self.pcie()
         self.unavailable(
             "nvlink",

@@ -66,6 +66,8 @@ _FIELDS: Dict[str, Tuple[str, ...]] = {
         "Power Readings/Enforced Power Limit",
         "Power Readings/Power Limit",
     ),
+    "performance_state": ("Performance State",),
+    "utilization_gpu": ("Utilization/Gpu",),
     "pcie_gen_current": ("PCI/GPU Link Info/PCIe Generation/Current",),
     "pcie_gen_max": ("PCI/GPU Link Info/PCIe Generation/Max",),
     "pcie_width_current": ("PCI/GPU Link Info/Link Width/Current",),

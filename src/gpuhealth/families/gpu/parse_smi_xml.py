@@ -52,6 +52,8 @@ _FIELDS: Dict[str, Tuple[str, ...]] = {
         "power_readings/enforced_power_limit",
         "power_readings/power_limit",
     ),
+    "performance_state": ("performance_state",),
+    "utilization_gpu": ("utilization/gpu_util",),
     "pcie_gen_current": ("pci/pci_gpu_link_info/pcie_gen/current_link_gen",),
     "pcie_gen_max": ("pci/pci_gpu_link_info/pcie_gen/max_link_gen",),
     "pcie_width_current": ("pci/pci_gpu_link_info/link_widths/current_link_width",),

@@ -52,6 +52,8 @@ GPU_KEYS = (
     "clock_event_reasons",
     "power_draw_w",
     "power_limit_w",
+    "performance_state",
+    "utilization_gpu_pct",
     "pcie",
     "nvlink",
     "recovery_action",
