@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from selftest.facts import judge as judge_facts
 
 DATA = Path(__file__).parent / "data" / "nccl-tests"
 ONE_NODE = "nccltests_issue290_1node_8xH100_nvls_all_reduce.txt"
+LEGACY = "nccltests_issue37_8xV100_all_gather_legacy.txt"
 RING = "nccltests_issue290_2node_16xH100_ring_low_bw.txt"
 TWO_NODES = "nccltests_issue309_2node_16xH100_all_reduce.txt"
 FOUR_NODES = "nccltests_issue309_4node_32xH100_vm_all_reduce.txt"
@@ -78,6 +80,7 @@ EXPECTED = {
         688.487,
     ),
     ALLTOALL: ("alltoall", 1, ["GENOA-01"], 1, 33554432, 0.0, 0.0),
+    LEGACY: ("all_gather", None, None, 1, 4294967296, 129.05, 128.942),
     ONE_NODE: ("all_reduce", 8, ["node005"], 6, 4294967296, 473.60, 439.369),
     RING: ("all_reduce", 16, ["node005", "node007"], 11, 8589934592, 89.90, 85.5294),
     TWO_NODES: ("all_reduce", 16, ["bm-h100-01", "bm-h100-02"], 32, 17179869184, 469.21, 139.56),
@@ -121,7 +124,10 @@ def test_header_devices_and_footer_of_the_healthy_single_node_log():
         "warmup_iters": 5,
         "iters": 2,
         "validation": 1,
+        "step": 2,
+        "step_kind": "factor",
     }
+    assert run["sweep_complete"] is True
     assert run["devices"][1] == {
         "rank": 1,
         "group": 0,
@@ -258,6 +264,58 @@ def test_out_of_bounds_failed_footer_is_data_corruption():
     assert result.status == "FAIL" and "Out of bounds values: 3 FAILED" in result.text
 
 
+# Each a false pass the parser once gave: the evidence of a fault cut, garbled or negative.
+def rows_of(text: str) -> list[str]:
+    return [line for line in text.splitlines() if re.match(r"\s*\d+\s+\d+\s", line)]
+
+
+def test_a_log_cut_before_its_corrupt_row_is_incomplete_not_a_pass():
+    text = (DATA / ONE_NODE).read_text()
+    rows = rows_of(text)
+    cut = text[: text.index(rows[3])]  # 3 of 6 rows; the lost ones may hold the corruption
+    nccl = evidence.evidence(cut)["nccl"]
+    assert nccl["run"]["sweep_complete"] is False
+    result = judge("nccl_data_integrity", nccl)
+    assert (result.status, result.action) == ("FAIL", "RERUN")
+    assert "the log stops at 512 MiB of a sweep to 4 GiB" in result.text
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("values : 0 OK", "values : O OK", "line 22: cannot read the footer line"),
+        ("values : 0 OK", "values : 0 0K", "line 22: cannot read the footer line"),
+        ("382.99      0", "382.99     -1", "line 16: #wrong '-1' is not a count"),
+        ("   134217728", "   1342l7728", "size '1342l7728' is not an integer"),
+    ],
+    ids=["oob-count", "oob-verdict", "wrong-negative", "size"],
+)
+def test_garbled_verdicts_are_errors_never_a_pass(old, new, message):
+    text = (DATA / ONE_NODE).read_text()
+    assert old in text
+    with pytest.raises(ParseError, match=re.escape(message)):
+        nccl_tests.parse(text.replace(old, new, 1))
+
+
+def test_legacy_output_is_read_and_its_out_of_bounds_verdict_judged():
+    run = parse(LEGACY)
+    assert run["rows"][0]["out_of_place"] == {
+        "time_us": 29122.0,
+        "algbw_gbps": 129.05,
+        "busbw_gbps": 129.05,
+        "wrong": None,
+        "max_error": 1.0,
+    }
+    assert run["out_of_bounds"] == {"count": 2, "ok": False}
+    nccl = section(LEGACY, nodes=1)
+    result = judge("nccl_data_integrity", nccl)
+    assert result.status == "FAIL" and "Out of bounds values: 2 FAILED" in result.text
+    healthy = (DATA / LEGACY).read_text().replace(": 2 FAILED", ": 0 OK")
+    nccl = evidence.evidence(healthy)["nccl"]
+    result = judge("nccl_data_integrity", nccl)
+    assert result.status == "PASS" and "before 2.10: no #wrong column" in result.text
+
+
 def test_log_without_rank_lines_needs_the_node_count():
     skip = judge("nccl_bandwidth", section(SRUN))
     assert skip.status == "SKIP" and "--nodes" in skip.text
@@ -349,3 +407,10 @@ def test_triage_of_garbage_names_the_line(tmp_path):
     )
     assert proc.returncode == 2
     assert "cut.log: line 18: result row has 6 columns" in proc.stderr
+
+
+def test_triage_reads_legacy_output_with_its_topology_matrix():
+    doc = triage(str(DATA / LEGACY), "--nodes", "1")
+    assert doc["rc"] == 1
+    result = nccl_findings(doc)["nccl_data_integrity"]
+    assert (result["status"], result["action"]) == ("FAIL", "DRAIN")

@@ -182,16 +182,32 @@ def nccl_data_integrity(node: NodeView) -> Result:
         problems.append(f"Out of bounds values: {oob.get('count')} FAILED")
     if problems:
         return failed(f"data corruption: {'; '.join(problems)}", Action.DRAIN, _CORRUPTION_ACTION)
-    if not checked:
-        return skipped(
-            "not validated: #wrong is N/A in every row (nccl-tests ran with -c 0), which is "
-            "not the same as 0",
+    if run.get("sweep_complete") is False:
+        last = max(row["size"] for row in run["rows"])
+        return failed(
+            f"the log stops at {size_text(last)} of a sweep to "
+            f"{size_text(run['sweep_end_bytes'])}: the sizes after it were not checked",
+            Action.RERUN,
+            "read the attached log (a run killed half-way, or a cut-off file); re-run the sweep",
         )
+    legacy = any("max_error" in (row.get("out_of_place") or {}) for row in run["rows"])
+    if not checked and legacy and oob.get("ok") is True:
+        # Before 2.10 nccl-tests had no #wrong count: the out-of-bounds line is the verdict.
+        checked_by = "Out of bounds values: 0 OK (nccl-tests before 2.10: no #wrong column)"
+    elif not checked:
+        why = (
+            "it has no #wrong column and no out-of-bounds verdict"
+            if legacy
+            else ("#wrong is N/A in every row (nccl-tests ran with -c 0)")
+        )
+        return skipped(f"not validated: {why}, which is not the same as 0")
+    else:
+        partly = f"; {unchecked} not validated (N/A)" if unchecked else ""
+        checked_by = f"#wrong 0 in {checked} validated results{partly}, no out-of-bounds values"
     exit_note = section(node, "nccl").get("exit_note")
     if exit_note:
         return failed(exit_note, Action.RERUN, "read the attached log")
-    partly = f"; {unchecked} not validated (N/A)" if unchecked else ""
-    return passed(f"#wrong 0 in {checked} validated results{partly}, no out-of-bounds values")
+    return passed(checked_by)
 
 
 def set_node_count(facts: dict[str, Any], nodes: int | None) -> None:

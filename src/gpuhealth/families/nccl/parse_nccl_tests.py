@@ -9,10 +9,16 @@ What real logs look like, and what this parser therefore accepts:
 - `#wrong` is `N/A` when the data was not checked (`-c 0`, in-place alltoall): that is "not
   validated" (None), which is not 0; bandwidths may be `-nan`/`inf` (None);
 - the header (`# nThread ...`), the rank lines and the footer (`# Out of bounds values`,
-  `# Avg bus bandwidth`) may each be missing.
+  `# Avg bus bandwidth`) may each be missing;
+- releases before 2.10 (2018-2020) print the header, the column names and the footer without
+  `#`, an `error` column (the largest deviation) instead of `#wrong`, and logs of that time
+  often end with a pasted `nvidia-smi topo -m` matrix.
 
-A line that looks like a result row (two integers first) but does not fit the column header is a
-ParseError naming the line, as is a text with no result row at all.
+A line that looks like a result row (two integers first, or as many fields as the column header
+with a data type third) but does not fit the column header is a ParseError naming the line, as
+is a footer line that cannot be read, a negative `#wrong` and a text with no result row at all.
+`sweep_complete` says whether the rows reach the sweep's own end (maxBytes): a log cut off
+before it holds no verdict on the sizes it lost.
 """
 
 import math
@@ -24,9 +30,11 @@ from gpuhealth.parsing import ParseError
 # Launcher prefixes: srun --label ("0: ", "12: ") and Open MPI --tag-output ("[1,0]<stdout>:").
 _PREFIX = re.compile(r"^(?:\s*\d+: ?|\[\d+,\d+\]<std(?:out|err)>: ?)")
 _ROW_START = re.compile(r"^\s*\d+\s+\d+\s")
+# The device name is the rest of the line (stripped after the match: a lazy `(.*?)\s*$` is
+# quadratic in runs of spaces).
 _RANK = re.compile(
     r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)"
-    r"\s+\[([^\]]*)\]\s*(.*?)\s*$"
+    r"\s+\[([^\]]*)\](.*)$"
 )
 _HEADER_FIELDS = {
     "nthread": r"nThread\s+(\d+)",
@@ -37,8 +45,11 @@ _HEADER_FIELDS = {
     "iters": r"(?<!warmup )(?<!agg )iters:\s*(\d+)",
     "validation": r"validation:\s*(\d+)",
 }
-_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?", re.I)
-_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)\s*(OK|FAILED)?", re.I)
+_STEP = re.compile(r"step:\s*(\d+)\s*\((factor|bytes)\)")
+_REDUCED = re.compile(r"Reducing maxBytes to (\d+)")
+_OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?\s*$", re.I)
+_AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(\S+)\s*(OK|FAILED)?\s*$", re.I)
+_FOOTER = re.compile(r"^#?\s*(Out of bounds values|Avg bus bandwidth)\b", re.I)
 _BINARY = re.compile(r"\b([a-z]+(?:_[a-z]+)*)_perf(?:_mpi)?\b")
 _NCCL_VERSION = re.compile(r"\bNCCL version (\S+)")
 # The column layout of every nccl-tests release since 2.10 (redop/root columns, #wrong).
@@ -81,13 +92,10 @@ def _float(token: str) -> Optional[float]:
 def _wrong(token: str, number: int, line: str) -> Optional[int]:
     if token.upper() == "N/A":
         return None
-    try:
-        return int(token)
-    except ValueError:
-        value = _float(token)
-        if value is None or value != int(value):
-            raise ParseError(f"line {number}: #wrong {token!r} is not a count: {line!r}") from None
-        return int(value)
+    value = _float(token) if len(token) <= 32 else None
+    if value is None or value != int(value) or value < 0:
+        raise ParseError(f"line {number}: #wrong {token[:40]!r} is not a count: {line[:200]!r}")
+    return int(value)
 
 
 def _row(tokens: List[str], columns: List[str], number: int, line: str) -> Dict[str, Any]:
@@ -131,13 +139,42 @@ def _columns(header: str, number: int) -> List[str]:
     return names
 
 
-def _header_facts(line: str) -> Dict[str, int]:
-    facts = {}
+def _header_facts(line: str) -> Dict[str, Any]:
+    facts: Dict[str, Any] = {}
     for key, pattern in _HEADER_FIELDS.items():
         match = re.search(pattern, line)
         if match:
             facts[key] = int(match.group(1))
+    step = _STEP.search(line)
+    if step:
+        facts["step"], facts["step_kind"] = int(step.group(1)), step.group(2)
     return facts
+
+
+def _row_like(tokens: List[str], columns: List[str]) -> bool:
+    """A garbled result row: as many fields as the columns, a data type in the type column."""
+    return len(tokens) == len(columns) and len(tokens) > 2 and tokens[2] in _TYPE_BYTES
+
+
+def _sweep_end(header: Optional[Dict[str, Any]], reduced: Optional[int]) -> Optional[int]:
+    """The sweep's last size as planned: maxBytes, or what nccl-tests reduced it to for lack of
+    memory; None when the log does not say (no header)."""
+    if reduced is not None:
+        return reduced
+    return (header or {}).get("max_bytes")
+
+
+def _sweep_complete(
+    header: Optional[Dict[str, Any]], end: Optional[int], rows: List[Dict[str, Any]]
+) -> Optional[bool]:
+    """Do the rows reach the sweep's end, i.e. would the next size pass it? None when the log
+    does not say what the sweep was."""
+    if end is None or not header or "step" not in header:
+        return None
+    largest = max(row["size"] for row in rows)
+    if header["step_kind"] == "factor":
+        return largest * max(header["step"], 2) > end
+    return largest + max(header["step"], 1) > end
 
 
 def _is_all_reduce(rows: List[Dict[str, Any]]) -> bool:
@@ -170,6 +207,7 @@ def parse(text: str) -> Dict[str, Any]:
     elided = False
     collective = None
     nccl_version = None
+    reduced = None
     for number, raw in enumerate(text.splitlines(), 1):
         line = _strip_prefix(raw.rstrip())
         stripped = line.strip()
@@ -178,28 +216,11 @@ def parse(text: str) -> Dict[str, Any]:
         if stripped in ("...", "…") or stripped.startswith("..."):
             elided = True
             continue
-        if stripped.startswith("#"):
-            body = stripped.lstrip("#").strip()
-            rank = _RANK.match(stripped)
+        body = stripped.lstrip("#").strip()
+        if _FOOTER.match(stripped):
             oob = _OOB.match(stripped)
             avg_match = _AVG.match(stripped)
-            if rank:
-                devices.append(
-                    {
-                        "rank": int(rank.group(1)),
-                        "group": int(rank.group(2)) if rank.group(2) is not None else None,
-                        "pid": int(rank.group(3)),
-                        "host": rank.group(4),
-                        "device": int(rank.group(5)),
-                        "busid": rank.group(6),
-                        "name": rank.group(7) or None,
-                    }
-                )
-            elif body.startswith("nThread"):
-                header = _header_facts(body)
-            elif body.startswith("size"):
-                columns = _columns(stripped, number)
-            elif oob:
+            if oob:
                 out_of_bounds = {
                     "count": int(oob.group(1)),
                     "ok": None if oob.group(2) is None else oob.group(2).upper() == "OK",
@@ -209,13 +230,39 @@ def parse(text: str) -> Dict[str, Any]:
                 if avg is None and avg_match.group(1).lower().lstrip("+-") not in ("nan", "inf"):
                     raise ParseError(f"line {number}: bad average bus bandwidth: {stripped!r}")
                 avg_ok = None if avg_match.group(2) is None else avg_match.group(2).upper() == "OK"
+            else:  # a verdict line that cannot be read is not a missing one
+                raise ParseError(f"line {number}: cannot read the footer line {stripped[:200]!r}")
+            continue
+        if body.startswith("nThread"):
+            header = _header_facts(body)
+            continue
+        if body.split()[:3] == ["size", "count", "type"]:
+            columns = _columns(stripped, number)
+            continue
+        if stripped.startswith("#"):
+            rank = _RANK.match(stripped)
+            if rank:
+                devices.append(
+                    {
+                        "rank": int(rank.group(1)),
+                        "group": int(rank.group(2)) if rank.group(2) is not None else None,
+                        "pid": int(rank.group(3)),
+                        "host": rank.group(4),
+                        "device": int(rank.group(5)),
+                        "busid": rank.group(6),
+                        "name": rank.group(7).strip() or None,
+                    }
+                )
             elif "Collective test concluded" in body:
                 found = _BINARY.search(body)
                 collective = found.group(1) if found else collective
             continue
-        if _ROW_START.match(line):
+        if _ROW_START.match(line) or _row_like(line.split(), columns):
             rows.append(_row(line.split(), columns, number, raw))
             continue
+        smaller = _REDUCED.search(line)
+        if smaller:
+            reduced = int(smaller.group(1))
         version = _NCCL_VERSION.search(line)
         if version:
             nccl_version = version.group(1)
@@ -243,6 +290,8 @@ def parse(text: str) -> Dict[str, Any]:
         "hosts_complete": bool(devices) and len({d["rank"] for d in devices}) == ranks,
         "ranks": ranks,
         "rows": rows,
+        "sweep_end_bytes": _sweep_end(header, reduced),
+        "sweep_complete": _sweep_complete(header, _sweep_end(header, reduced), rows),
         "elided": elided,
         "out_of_bounds": out_of_bounds,
         "avg_busbw_gbps": avg,
@@ -250,9 +299,10 @@ def parse(text: str) -> Dict[str, Any]:
     }
 
 
-_TABLE_HEADER = re.compile(r"#\s+size\s+count\s+type\b")
+_TABLE_HEADER = re.compile(r"^[ \t]*(?:\S+:[ \t]?)?#?[ \t]*size[ \t]+count[ \t]+type\b", re.M)
 
 
 def looks_like(text: str) -> bool:
-    """nccl-tests output: its column header (`#  size  count  type ...`) appears."""
+    """nccl-tests output: its column header (`#  size  count  type ...`, without `#` before
+    2.10) starts a line, after a launcher prefix if any."""
     return _TABLE_HEADER.search(text) is not None
