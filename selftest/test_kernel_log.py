@@ -344,7 +344,7 @@ def test_sxids_fatal_fail_and_non_fatal_warn():
     assert result.status == "FAIL"
     assert "NVSwitch SXid 20034 (fatal) on 00000000:05:00.0" in result.text
     assert "NVSwitch SXid 20009 (non-fatal)" in result.text
-    assert "before the log's newest entry 11.0 s after boot" in result.text
+    assert "before the log's last entry 11.0 s after boot" in result.text
     section["counts"] = [g for g in section["counts"] if not g["fatal"]]
     assert judge("kernel_log", facts).status == "WARN"
 
@@ -565,7 +565,7 @@ def test_triage_of_each_saved_log(path, verdict, check, status, words):
     assert doc["verdict"] == verdict
     found = finding(doc, check)
     assert found["status"] == status and words in found["message"]
-    assert "before the log's newest entry" in found["message"]
+    assert "before the log's last entry" in found["message"]
 
 
 def test_triage_of_a_node_with_its_kernel_and_fabric_manager_logs(tmp_path):
@@ -593,3 +593,68 @@ def test_suite_on_facts_with_the_xid_log(tmp_path):
     warned = {w["check"]: w["message"] for w in node["warnings"]}
     assert "nvidia-peermem errors x30" in warned["kernel_log"]
     assert "fabric manager error 12028" in warned["fabric_manager"]
+
+
+# Each once a false pass: a stamp that moved the window, an order that hid an XID.
+XID48_LINE = "2024-11-15T12:02:03,470068+00:00 NVRM: Xid (PCI:0000:19:00): 48"
+
+
+@pytest.mark.parametrize(
+    ("extra", "where"),
+    [
+        # One line from a later year, in the middle of the log: not where the log ends.
+        ("2025-06-01T00:00:00,000000+00:00 usb 1-1: new device\n", 5),
+        # A line dated after now, even at the end: kept, never the anchor.
+        ("2099-01-01T00:00:00,000000+00:00 clocksource: bogus\n", None),
+    ],
+    ids=["later-year-mid-log", "future-at-end"],
+)
+def test_one_absurd_timestamp_does_not_move_the_window_past_the_xids(tmp_path, extra, where):
+    lines = [line + "\n" for line in XID48.read_text().splitlines()]
+    lines.insert(len(lines) if where is None else where, extra)
+    log = tmp_path / "dmesg.log"
+    log.write_text("".join(lines))
+    rc, doc = triage(str(log))
+    found = finding(doc, "kernel_log")
+    assert rc == 1 and found["status"] == "FAIL" and "Xid 48" in found["message"]
+    assert "before the log's last entry 2024-11-15T12:02:15" in found["message"]
+    if where is None:
+        assert "1 line(s) dated after now" in found["message"]
+
+
+def test_an_older_copy_after_an_in_window_xid_does_not_hide_it(tmp_path):
+    lines = XID48.read_text().splitlines(keepends=True)
+    old_copy = lines[10].replace("2024-11-15T12:02:03", "2024-11-01T09:00:00")
+    assert lines[10].startswith(XID48_LINE)
+    log = tmp_path / "dmesg.log"
+    log.write_text("".join([*lines[:11], old_copy, *lines[11:]]))
+    rc, doc = triage(str(log))
+    found = finding(doc, "kernel_log")
+    assert rc == 1 and "Xid 48 (double-bit ECC error, DBE)" in found["message"]
+    assert "x1 [2024-11-15T12:02:03.470068Z]" in found["message"]  # the old copy is outside
+
+
+def test_a_log_without_usable_timestamps_is_judged_whole():
+    section = evidence.kernel_log_evidence(
+        "[ 12.5] NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+    )["kernel_log"]
+    section.update(until=None, until_uptime_s=None)
+    facts = healthy_h100()
+    facts["kernel_log"] = section
+    result = judge("xid_errors", facts, 0)
+    assert result.status.value == "FAIL"
+    assert "in the whole log (it has no timestamp to end a window at)" in result.result.message
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "6," + "9" * 400 + ",-;NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, gone",
+        "[" + "9" * 400 + ".5] NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, gone",
+        "2024-13-45T12:02:03,470068+00:00 NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, gone",
+    ],
+    ids=["kmsg-400-digits", "uptime-400-digits", "month-13"],
+)
+def test_an_impossible_timestamp_is_no_timestamp_never_a_crash(line):
+    with pytest.raises(ParseError, match="line 1: not a kernel log line"):
+        parser.parse(line + "\n")

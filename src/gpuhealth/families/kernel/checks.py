@@ -2,7 +2,7 @@
 
 The probe (or a saved log) gives event groups with exact counts; these checks keep the groups
 inside the profile's `xid_window_h` and judge them by the XID table below. The window ends
-where the log was read (live) or at the log's newest entry (triage, which has no "now").
+where the log was read (live) or at the log's last entry (triage, which has no "now").
 """
 
 from __future__ import annotations
@@ -131,12 +131,15 @@ class _Window:
         """Where the window lies, for messages; triage says it was anchored at the log's end."""
         log = self.log
         if log.get("anchored_at") == "newest_entry":
+            if log.get("until") is None and log.get("until_uptime_s") is None:
+                return "in the whole log (it has no timestamp to end a window at)"
             end = log.get("until") or f"{log.get('until_uptime_s')} s after boot"
+            notes = "".join(f"; {note}" for note in log.get("notes") or [])
             if not self.hours:
-                return f"in the whole log (newest entry {end})"
+                return f"in the whole log (last entry {end}{notes})"
             return (
-                f"within {self.hours:g} h before the log's newest entry {end} "
-                "(a saved log has no 'now', so the window ends there)"
+                f"within {self.hours:g} h before the log's last entry {end} "
+                f"(a saved log has no 'now', so the window ends there{notes})"
             )
         if not self.hours:
             return f"since boot (read {log.get('until')} from {log.get('source')})"

@@ -1,7 +1,7 @@
 """Saved kernel-log evidence for triage: dmesg/journalctl/kmsg logs and the fabric manager log.
 
 A saved log has no "now": its sections keep every event and the checks anchor the profile's
-window at the log's newest entry.
+window at the log's last entry (its last line, not its largest timestamp).
 """
 
 from __future__ import annotations
@@ -15,6 +15,12 @@ from gpuhealth.registry import Kind
 def _evidence(parsed: dict[str, Any], source: str) -> dict[str, Any]:
     """A saved log as a facts section: every event kept, the window left to the checks."""
     everything = 2 * len(parsed["events"]) + 2
+    notes = []
+    if parsed.get("future_lines"):
+        notes.append(
+            f"{parsed['future_lines']} line(s) dated after now: kept, but not taken as the end "
+            "of the log the window is anchored at"
+        )
     return {
         "source": source,
         "window_h": None,
@@ -22,7 +28,7 @@ def _evidence(parsed: dict[str, Any], source: str) -> dict[str, Any]:
         "until": parsed["newest"],
         "until_uptime_s": parsed.get("newest_uptime_s"),
         "anchored_at": "newest_entry",
-        "notes": [],
+        "notes": notes,
         **parser.summarise(parsed["events"], everything, everything),
         "unavailable": {},
     }

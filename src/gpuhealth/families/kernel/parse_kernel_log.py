@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from gpuhealth.parsing import ParseError
 
+_SKEW_S = 86400  # a node's clock may run ahead of the controller's; more is not a real time
 _MONTHS = {
     name: number
     for number, name in enumerate(
@@ -41,19 +42,20 @@ JOURNAL = "journalctl -k"
 JOURNAL_ISO = "journalctl -k -o short-iso"
 FORMATS = (DMESG, DMESG_T, DMESG_ISO, DMESG_DECODE_ISO, KMSG, JOURNAL, JOURNAL_ISO)
 
-_KMSG_RE = re.compile(r"(\d+),(\d+),(\d+),[^;]*;(.*)")
+_KMSG_RE = re.compile(r"(\d{1,20}),(\d{1,20}),(\d{1,20}),[^;]*;(.*)")
 _KMSG_DICT_RE = re.compile(r" [A-Z_]+=")  # /dev/kmsg continuation lines (SUBSYSTEM=pci ...)
 _FACILITY_RE = re.compile(r"[a-z]+ *:[a-z]+ *: ?(.*)")  # dmesg --decode: "kern  :warn  : "
-_UPTIME_RE = re.compile(r"\[ *(\d+\.\d+)\] ?(.*)")
+_UPTIME_RE = re.compile(r"\[ *(\d{1,12}\.\d{1,9})\] ?(.*)")
 _CTIME_RE = re.compile(
     r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\w{3}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\] ?(.*)"
 )
 _ISO_RE = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?(Z|[+-]\d{2}:?\d{2})? (.*)"
+    r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?"
+    r"(Z|[+-]\d{2}:?\d{2})? (.*)"
 )
 _SYSLOG_RE = re.compile(r"(\w{3}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (.*)")
 # "host kernel: msg" after a journal/syslog timestamp; the kernel's own [uptime] may follow.
-_IDENT_RE = re.compile(r"\S+ [^\s:\[]+(?:\[\d+\])?: (?:\[ *(\d+\.\d+)\] )?(.*)")
+_IDENT_RE = re.compile(r"\S+ [^\s:\[]+(?:\[\d+\])?: (?:\[ *(\d{1,12}\.\d{1,9})\] )?(.*)")
 _JOURNAL_META_RE = re.compile(r"-- .* --")  # "-- Boot 3f.. --", "-- No entries --"
 
 _XID_RE = re.compile(
@@ -134,8 +136,19 @@ def _syslog_year(month: int, day: int, now: float) -> int:
     return today.tm_year - 1 if later else today.tm_year
 
 
-def _split_line(line: str, now: float) -> Optional[Tuple[str, Optional[str], Optional[float], str]]:
-    """(format, time, uptime_s, message) of one kernel log line, or None when unrecognised."""
+Split = Tuple[str, Optional[str], Optional[float], str]
+
+
+def _split_line(line: str, now: float) -> Optional[Split]:
+    """(format, time, uptime_s, message) of one kernel log line, or None when unrecognised
+    (a date that does not exist, such as month 13, is no timestamp)."""
+    try:
+        return _split(line, now)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _split(line: str, now: float) -> Optional[Split]:
     match = _KMSG_RE.fullmatch(line)
     if match:
         return KMSG, None, int(match.group(3)) / 1e6, match.group(4)
@@ -225,17 +238,23 @@ def detect(text: str) -> Optional[str]:
 
 
 def parse(text: str, now: Optional[float] = None) -> Dict[str, Any]:
-    """Every NVIDIA event of a kernel log, in log order, plus the log's newest timestamp.
+    """Every NVIDIA event of a kernel log, in log order, plus where the log ends.
 
-    Returns {"format", "events", "newest", "newest_uptime_s"}. Lines of other subsystems are
-    skipped; a non-empty text in which no line has a kernel-log timestamp is a ParseError.
-    `now` (default: the clock) only places year-less syslog timestamps in a year.
+    Returns {"format", "events", "newest", "newest_uptime_s", "future_lines"}. Lines of other
+    subsystems are skipped; a non-empty text in which no line has a kernel-log timestamp is a
+    ParseError. `now` (default: the clock) places year-less syslog timestamps in a year.
+
+    The log ends at its last line, not at its largest timestamp: a kernel log is written in
+    order, so one absurd stamp (a later year) cannot move a saved log's window past every real
+    event. A time after `now` (plus a day of clock skew) cannot be the end either; such lines
+    are counted in `future_lines` and their events kept.
     """
     now = time.time() if now is None else now
     events: List[Dict[str, Any]] = []
     formats: Dict[str, int] = {}
     newest: Optional[str] = None
     newest_uptime: Optional[float] = None
+    future = 0
     first_unknown = None
     for number, line in enumerate(_lines(text), 1):
         if _JOURNAL_META_RE.fullmatch(line) or _KMSG_DICT_RE.match(line):
@@ -246,9 +265,12 @@ def parse(text: str, now: Optional[float] = None) -> Dict[str, Any]:
             continue
         name, when, uptime, message = found
         formats[name] = formats.get(name, 0) + 1
-        if when is not None and (newest is None or epoch(when) > epoch(newest)):
-            newest = when
-        if uptime is not None and (newest_uptime is None or uptime > newest_uptime):
+        if when is not None:
+            if epoch(when) > now + _SKEW_S:
+                future += 1
+            else:
+                newest = when
+        if uptime is not None:
             newest_uptime = uptime
         event = _event(message)
         if event is not None:
@@ -261,6 +283,7 @@ def parse(text: str, now: Optional[float] = None) -> Dict[str, Any]:
         "events": events,
         "newest": newest,
         "newest_uptime_s": newest_uptime,
+        "future_lines": future,
     }
 
 
@@ -288,9 +311,13 @@ def parse_fabric_manager(text: str) -> Dict[str, Any]:
         month, day, year, hour, minute, second, level, message = match.groups()
         if month not in _MONTHS:
             continue
-        when = _civil(int(year), _MONTHS[month], int(day), int(hour), int(minute), int(second))
-        if newest is None or epoch(when) > epoch(newest):
-            newest = when
+        try:
+            when = _civil(int(year), _MONTHS[month], int(day), int(hour), int(minute), int(second))
+        except (ValueError, OverflowError):  # no such date: not an FM line
+            first = first or (number, line)
+            continue
+        if epoch(when) <= time.time() + _SKEW_S:
+            newest = when  # the log's last line ends it (see parse)
         if level not in ("ERROR", "FATAL"):
             continue
         lowered = message.lower()
@@ -313,6 +340,11 @@ def parse_fabric_manager(text: str) -> Dict[str, Any]:
     return {"format": "nvidia-fabricmanager log", "events": events, "newest": newest}
 
 
+def _moment(event: Dict[str, Any]) -> Optional[float]:
+    """An event's place in time: its wall-clock time, else its uptime, else None."""
+    return epoch(event["time"]) if event["time"] is not None else event["uptime_s"]
+
+
 def _group_key(event: Dict[str, Any]) -> tuple:
     return (event["kind"], event.get("bus_id") or "", event.get("code") or 0)
 
@@ -328,6 +360,7 @@ def summarise(
     """
     groups: Dict[tuple, Dict[str, Any]] = {}
     members: Dict[tuple, List[int]] = {}
+    spans: Dict[tuple, List[Optional[float]]] = {}
     for position, event in enumerate(events):
         key = _group_key(event)
         group = groups.get(key)
@@ -344,8 +377,17 @@ def summarise(
             }
             members[key] = []
         group["count"] += 1
-        group["last"] = event["time"]
-        group["last_uptime_s"] = event["uptime_s"]
+        # First and last in time, not in log order: an older copy of a line after a newer one
+        # must not move the group out of the window. Events without a time follow log order.
+        moment = _moment(event)
+        first, last = spans.setdefault(key, [moment, moment])
+        if group["count"] == 1 or last is None or (moment is not None and moment >= last):
+            group["last"], group["last_uptime_s"] = event["time"], event["uptime_s"]
+            spans[key][1] = moment
+        if moment is not None and first is not None and moment < first:
+            group["first"], group["first_uptime_s"] = event["time"], event["uptime_s"]
+            group["sample"] = event["text"]
+            spans[key][0] = moment
         if "fatal" in event:
             group["fatal"] = bool(group.get("fatal")) or event["fatal"]
         process = event.get("process")
