@@ -414,3 +414,9 @@ def test_triage_reads_legacy_output_with_its_topology_matrix():
     assert doc["rc"] == 1
     result = nccl_findings(doc)["nccl_data_integrity"]
     assert (result["status"], result["action"]) == ("FAIL", "DRAIN")
+
+
+def test_a_log_with_neither_header_nor_footer_is_not_vouched_for():
+    """awsome's srun excerpt: rows only, so a cut before a corrupt row could not be seen."""
+    result = judge("nccl_data_integrity", section(SRUN, nodes=2))
+    assert result.status == "SKIP" and "neither its sweep" in result.text
