@@ -9,7 +9,7 @@ TOOLS  := .tools
 PYTEST_ARGS ?=
 APT_PACKAGES := python3 python3-venv gcc make nodejs npm openssl
 
-.PHONY: deps venv check report test lint clean
+.PHONY: deps venv check report test fuzz lint clean
 
 deps:
 	@missing=""; \
@@ -65,6 +65,14 @@ lint: venv
 test: venv lint
 	@rc=0; $(BIN)/pytest -c selftest/pytest.ini selftest -m "not bed" -n auto $(PYTEST_ARGS) || rc=$$?; \
 	$(BIN)/pytest -c selftest/pytest.ini selftest -m bed -s $(PYTEST_ARGS) || rc=$$?; exit $$rc
+
+# A longer fuzz campaign for nights: fresh random cases, FUZZ_EXAMPLES per target (make test
+# runs 700 fixed ones). A failure prints the minimal input: make it a test in
+# selftest/test_found_by_fuzzing.py.
+FUZZ_EXAMPLES ?= 20000
+fuzz: venv
+	GPUHEALTH_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) GPUHEALTH_FUZZ_FRESH=1 \
+	  $(BIN)/pytest -c selftest/pytest.ini selftest/test_fuzz.py -n auto $(PYTEST_ARGS)
 
 clean:
 	rm -rf reports/allure-results reports/allure-report reports/facts reports/*.xml reports/*.json

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,3 +31,20 @@ def bare_python(tmp_path: Path) -> str:
     wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S "$@"\n')
     wrapper.chmod(0o755)
     return str(wrapper)
+
+
+_FUZZ_CASES: list[int] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Collect the fuzz tests' case counts (they travel back from xdist workers too)."""
+    if report.when == "call":
+        _FUZZ_CASES.extend(int(v) for k, v in report.user_properties if k == "fuzz_cases")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _FUZZ_CASES:
+        terminalreporter.write_line(
+            f"fuzz: {sum(_FUZZ_CASES)} cases in {len(_FUZZ_CASES)} fuzz tests "
+            "(GPUHEALTH_FUZZ_EXAMPLES per target; make fuzz for a longer campaign)"
+        )

@@ -6,7 +6,7 @@ nodes with the probe, so Python 3.6 and the standard library only.
 """
 
 import json
-from typing import Any
+from typing import Any, Dict, List
 
 
 class ParseError(ValueError):
@@ -27,3 +27,22 @@ def load_json(text: str, what: str, start: int = 0, whole: bool = False) -> Any:
         line = text.count("\n", 0, end) + 1
         raise ParseError(f"{what}: not valid JSON: line {line}: extra data after the document")
     return doc
+
+
+def mapping(value: Any, what: str) -> Dict[str, Any]:
+    """A JSON object where one belongs; null is an empty one, anything else a ParseError (a
+    list or a number in its place is not "nothing to report")."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ParseError(f"{what}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def sequence(value: Any, what: str) -> List[Any]:
+    """A JSON array where one belongs; null is an empty one, anything else a ParseError."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ParseError(f"{what}: expected an array, got {type(value).__name__}")
+    return value

@@ -16,7 +16,7 @@ object, or JSON that is not a DCGM document, is a ParseError.
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from gpuhealth.parsing import ParseError, load_json
+from gpuhealth.parsing import ParseError, load_json, mapping, sequence
 
 STATUSES = ("Pass", "Fail", "Warn", "Skip", "Not Run")
 _STATUS = {
@@ -58,6 +58,8 @@ def _messages(value: Any) -> List[str]:
         text = value.get("warning") or value.get("message") or value.get("info") or ""
         code = value.get("error_id")
         return [f"{text} (DCGM error {code})" if code is not None and text else str(text)]
+    if not isinstance(value, list):
+        return [str(value)]
     out: List[str] = []
     for item in value:
         out.extend(_messages(item))
@@ -94,19 +96,23 @@ def parse_diag(text: str) -> Dict[str, Any]:
             f"dcgmi diag -j: no 'DCGM Diagnostic' or 'DCGM GPU Diagnostic' object "
             f"(keys: {', '.join(sorted(doc))[:200]})"
         )
-    body = doc[key] or {}
-    metadata = doc.get("metadata") or {}
+    body = mapping(doc[key], f"dcgmi diag -j: {key}")
+    metadata = mapping(doc.get("metadata"), "dcgmi diag -j: metadata")
     tests = []
-    for category in body.get("test_categories") or []:
-        if not isinstance(category, dict):
+    # null entries in the arrays are real (old builds); any other non-object is not.
+    for category in sequence(body.get("test_categories"), "dcgmi diag -j: test_categories"):
+        if category is None:
             continue
-        for test in category.get("tests") or []:
-            if not isinstance(test, dict):
+        category = mapping(category, "dcgmi diag -j: a test category")
+        for test in sequence(category.get("tests"), "dcgmi diag -j: tests"):
+            if test is None:
                 continue
+            test = mapping(test, "dcgmi diag -j: a test")
             results = []
-            for result in test.get("results") or []:
-                if not isinstance(result, dict):
+            for result in sequence(test.get("results"), "dcgmi diag -j: results"):
+                if result is None:
                     continue
+                result = mapping(result, "dcgmi diag -j: a result")
                 gpus, entity = _gpus(result)
                 results.append(
                     {
@@ -117,7 +123,7 @@ def parse_diag(text: str) -> Dict[str, Any]:
                         "warnings": _messages(result.get("warnings")),
                     }
                 )
-            summary = (test.get("test_summary") or {}).get("status")
+            summary = mapping(test.get("test_summary"), "dcgmi diag -j: test_summary").get("status")
             tests.append(
                 {
                     "category": category.get("category"),
@@ -127,9 +133,9 @@ def parse_diag(text: str) -> Dict[str, Any]:
                 }
             )
     serials = {}
-    for group in doc.get("entity_groups") or []:
+    for group in sequence(doc.get("entity_groups"), "dcgmi diag -j: entity_groups"):
         if isinstance(group, dict) and str(group.get("entity_group", "")).upper() == "GPU":
-            for entity in group.get("entities") or []:
+            for entity in sequence(group.get("entities"), "dcgmi diag -j: entities"):
                 if isinstance(entity, dict) and isinstance(entity.get("entity_id"), int):
                     serials[str(entity["entity_id"])] = entity.get("serial_num")
     runtime_error = body.get("runtime_error") or doc.get("runtime_error")
@@ -158,7 +164,8 @@ def parse_health(text: str) -> Dict[str, Any]:
     "Healthy"}, "GPU": {"children": {"0": {"value": "Warning", "children": {"Errors":
     {"children": {"PCIe system": {"value": "Warning", "overflow": ["..."]}}}}}}}}}`.
     """
-    doc = _document(text, "dcgmi health -c -j")
+    what = "dcgmi health -c -j"
+    doc = _document(text, what)
     body = doc.get("body") if isinstance(doc, dict) else None
     if not isinstance(body, dict) or "Overall Health" not in body:
         raise ParseError("dcgmi health -c -j: no 'body' with 'Overall Health'")
@@ -166,10 +173,13 @@ def parse_health(text: str) -> Dict[str, Any]:
     for group, tree in body.items():
         if group == "Overall Health" or not isinstance(tree, dict):
             continue
-        for entity, node in (tree.get("children") or {}).items():
-            errors = ((node.get("children") or {}).get("Errors") or {}).get("children") or {}
+        for entity, node in mapping(tree.get("children"), f"{what}: {group}").items():
+            children = mapping(mapping(node, f"{what}: {group} {entity}").get("children"), what)
+            errors = mapping(mapping(children.get("Errors"), what).get("children"), what)
             for system, info in errors.items():
                 overflow = info.get("overflow") if isinstance(info, dict) else None
+                if not isinstance(overflow, list):
+                    overflow = [overflow] if overflow else []
                 incidents.append(
                     {
                         "entity": f"{group} {entity}",

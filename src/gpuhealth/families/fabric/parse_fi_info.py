@@ -68,7 +68,7 @@ def libfabric_version(provider_version: Optional[str]) -> Optional[str]:
     libfabric versions its in-tree providers as FI_VERSION(major * 100 + minor, revision * 10)
     (OFI_VERSION_DEF_PROV); anything else (an out-of-tree provider) gives None.
     """
-    match = re.fullmatch(r"(\d+)\.(\d+)", provider_version or "")
+    match = re.fullmatch(r"(\d{1,18})\.(\d{1,18})", provider_version or "")
     if not match or int(match.group(1)) < 100:
         return None
     major, minor = int(match.group(1)), int(match.group(2))

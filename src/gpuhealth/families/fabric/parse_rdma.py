@@ -10,8 +10,8 @@ from typing import Tuple
 
 from gpuhealth.parsing import ParseError
 
-_ENUM = re.compile(r"(\d+):\s*(\S.*?)")
-_RATE = re.compile(r"(\d+(?:\.\d+)?) Gb/sec(?: \((.*)\))?")
+_ENUM = re.compile(r"(\d{1,18}):\s*(\S.*?)")
+_RATE = re.compile(r"(\d{1,18}(?:\.\d{1,18})?) Gb/sec(?: \((.*)\))?")
 
 
 def parse_enum(text: str) -> Tuple[int, str]:
@@ -33,6 +33,6 @@ def parse_rate(text: str) -> float:
 def parse_counter(text: str) -> int:
     """A counter file's value: one non-negative integer."""
     value = text.strip()
-    if not value.isdigit():
+    if not re.fullmatch(r"[0-9]{1,20}", value):
         raise ParseError(f"line 1: not a counter value: {value[:80]!r}")
     return int(value)

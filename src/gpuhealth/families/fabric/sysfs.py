@@ -25,7 +25,7 @@ def _read(path: str) -> Tuple[Optional[str], Optional[Dict[str, str]]]:
 
 
 def _natural(name: str) -> List[Any]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+    return [int(part) if part.isdecimal() else part for part in re.split(r"(\d{1,18})", name)]
 
 
 def _value(record: Dict[str, Any], key: str, path: str, parse: Callable[[str], Any]) -> Any:
@@ -107,7 +107,7 @@ def read_devices(class_dir: str) -> Tuple[List[Dict[str, Any]], List[str]]:
             device[key] = _value(device, key, os.path.join(folder, key), str.strip)
         ports_dir = os.path.join(folder, "ports")
         try:
-            numbers = sorted(int(p) for p in os.listdir(ports_dir) if p.isdigit())
+            numbers = sorted(int(p) for p in os.listdir(ports_dir) if p.isdecimal() and len(p) <= 9)
             device["ports"] = [_port(os.path.join(ports_dir, str(n)), n) for n in numbers]
         except OSError as exc:
             device["ports"] = None

@@ -9,9 +9,9 @@ from typing import Any, Dict, List, Optional
 
 from gpuhealth.parsing import ParseError
 
-_GPU = re.compile(r"^GPU (\d+): .*")
-_LINK = re.compile(r"^\s+Link (\d+): (.*?)\s*$")
-_SPEED = re.compile(r"^(\d+(?:\.\d+)?) GB/s$")
+_GPU = re.compile(r"^GPU (\d{1,18}): .*")
+_LINK = re.compile(r"^\s+Link (\d{1,18}): (.*?)\s*$")
+_SPEED = re.compile(r"^(\d{1,18}(?:\.\d{1,18})?) GB/s$")
 
 
 def parse_status(text: str) -> Dict[int, List[Dict[str, Any]]]:

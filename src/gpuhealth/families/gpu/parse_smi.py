@@ -319,7 +319,7 @@ def driver_major(version: Optional[str]) -> Optional[int]:
     """535 from "535.161.08"; None when unknown."""
     if not version:
         return None
-    match = re.match(r"^(\d+)", version)
+    match = re.match(r"^(\d{1,18})", version)
     return int(match.group(1)) if match else None
 
 

@@ -23,7 +23,12 @@ from gpuhealth.families.gpu.parse_smi import (
 )
 from gpuhealth.parsing import ParseError
 
-_KEY_VALUE = re.compile(r"^(?P<key>\S.*?)\s+:(?:\s+(?P<value>.*?))?\s*$")
+# "Key : Value": the key ends at the first whitespace before a colon. Found with a pattern of
+# fixed length: `\S.*?\s+:` backtracks quadratically over a long run of spaces.
+_BEFORE_COLON = re.compile(r"\s:")
+# nvidia-smi nests at most 5 levels (GPU > ECC Errors > Volatile > SRAM ...): far deeper is
+# not its output, and the tree walks must not recurse without bound.
+_MAX_DEPTH = 32
 _GPU_HEADER = re.compile(
     r"^GPU\s+(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])$"
 )
@@ -96,6 +101,18 @@ class _Node:
         return next((c for c in self.children if norm(c.key) in wanted), None)
 
 
+def _key_value(content: str) -> Tuple[str, Optional[str]]:
+    """("Key", "Value") of a "Key : Value" line ("" when nothing follows the colon), or
+    (the line, None) when it is a section title."""
+    found = _BEFORE_COLON.search(content)
+    if found is None:
+        return content, None
+    rest = content[found.end() :]
+    if rest and not rest[0].isspace():  # "Key :value" is not nvidia-smi's layout
+        return content, None
+    return content[: found.start()].rstrip(), rest.strip()
+
+
 def _tree(text: str) -> Tuple[_Node, Optional[int]]:
     """Indentation tree of the output, and the number of the first line that is neither
     blank, the banner, nor part of the structure (for the "not nvidia-smi" error)."""
@@ -110,13 +127,15 @@ def _tree(text: str) -> Tuple[_Node, Optional[int]]:
         if first_line is None:
             first_line = number
         indent = len(line) - len(line.lstrip(" "))
-        match = _KEY_VALUE.match(content)
-        if match:
-            node = _Node(match.group("key"), match.group("value") or "", number, indent)
-        else:
-            node = _Node(content, None, number, indent)
+        key, value = _key_value(content)
+        node = _Node(key, value, number, indent)
         while stack[-1].indent >= indent:
             stack.pop()
+        if len(stack) > _MAX_DEPTH:
+            raise ParseError(
+                f"line {number}: nested more than {_MAX_DEPTH} levels deep, which nvidia-smi -q "
+                "output never is"
+            )
         stack[-1].children.append(node)
         stack.append(node)
     return root, first_line

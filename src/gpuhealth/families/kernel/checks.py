@@ -239,6 +239,15 @@ def kernel_log(node: NodeView) -> Result:
         else:
             advice = "watch for repeats; check the NVSwitch port it names"
             found.append((WARN, text, Action.INSPECT, advice))
+    for group in window.groups(("unreadable",)):
+        found.append(
+            (
+                FAIL,
+                _describe(group, "XID/SXID reports that cannot be read"),
+                Action.INSPECT,
+                "read the lines in the log: a mangled report may hide a hardware error",
+            )
+        )
     for group in window.groups(("peermem",)):
         found.append(
             (

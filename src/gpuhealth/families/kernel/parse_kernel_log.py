@@ -59,32 +59,41 @@ _IDENT_RE = re.compile(r"\S+ [^\s:\[]+(?:\[\d+\])?: (?:\[ *(\d{1,12}\.\d{1,9})\]
 _JOURNAL_META_RE = re.compile(r"-- .* --")  # "-- Boot 3f.. --", "-- No entries --"
 
 _XID_RE = re.compile(
-    r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]+:[0-9A-Fa-f]+(?::[0-9A-Fa-f]+)?(?:\.[0-7])?)\): (\d+)"
+    r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]+:[0-9A-Fa-f]+(?::[0-9A-Fa-f]+)?(?:\.[0-7])?)\): (\d{1,18})"
     r"(?:, pid=([^,]*), name=([^,]*))?(?:, ?(.*))?"
 )
 _SXID_RE = re.compile(
-    r"(nvidia-nvswitch\d+): SXid \(PCI:([0-9A-Fa-f:.]+)\): (\d+), (Fatal|Non-fatal), ?(.*)"
+    r"(nvidia-nvswitch\d+): SXid \(PCI:([0-9A-Fa-f:.]+)\): (\d{1,18}), (Fatal|Non-fatal), ?(.*)"
 )
 _PEERMEM_RE = re.compile(r"nvidia-peermem\b.*\bERROR\b")
+_MENTIONS_XID_RE = re.compile(r"NVRM: Xid|SXid \(")
+# The lines that follow an SXID and repeat it with its details (not a report of their own).
+_SXID_DETAIL_RE = re.compile(r"SXid \(PCI:[0-9A-Fa-f:.]{1,40}\): \d{1,18}, (?:Severity \d|Data \{)")
 
 _FM_RE = re.compile(
     r"\[(\w{3}) (\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\] \[([A-Z]+)\] (?:\[tid \d+\] )?(.*)"
 )
-_FM_CODE_RE = re.compile(r"error (\d+)")
+_FM_CODE_RE = re.compile(r"error (\d{1,18})")
 _FM_BUS_RE = re.compile(r"pci bus id ([0-9A-Fa-f:.]+)")
+
+
+_BUS = re.compile(r"(?:([0-9A-Fa-f]{1,8}):)?([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})(?:\.([0-7]))?")
 
 
 def bus_id(text: str) -> str:
     """A kernel-log PCI address ("0000:19:00", "19:00", "0000:3b:00.1") in NVML's form.
 
-    NVML prints "00000000:19:00.0"; the driver's XID lines omit the function number.
+    NVML prints "00000000:19:00.0"; the driver's XID lines omit the function number. An
+    address that is none of these is kept as printed: it matches no GPU, so its event is
+    reported as one of an unknown GPU rather than dropped.
     """
-    parts = text.split(":")
-    if len(parts) == 2:
-        parts.insert(0, "0")
-    domain, bus, rest = parts
-    device, _, function = rest.partition(".")
-    return f"{int(domain, 16):08X}:{int(bus, 16):02X}:{int(device, 16):02X}.{function or '0'}"
+    match = _BUS.fullmatch(text)
+    if match is None:
+        return text[:40]
+    domain, bus, device, function = match.groups()
+    return (
+        f"{int(domain or '0', 16):08X}:{int(bus, 16):02X}:{int(device, 16):02X}.{function or '0'}"
+    )
 
 
 def stamp(seconds: float, utc: bool = True) -> str:
@@ -101,7 +110,9 @@ def stamp(seconds: float, utc: bool = True) -> str:
 
 def epoch(text: str) -> float:
     """A canonical time string back to seconds since the epoch (a naive one read as UTC)."""
-    match = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?Z?", text)
+    match = re.fullmatch(
+        r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,18}))?Z?", text
+    )
     if not match:
         raise ValueError(f"not a canonical time: {text!r}")
     fields = [int(part) for part in match.groups()[:6]]
@@ -119,6 +130,8 @@ def _civil(
     fraction: Optional[str] = None,
     zone: Optional[str] = None,
 ) -> str:
+    if not 1970 <= year <= 9000:  # before the epoch, or far enough ahead to overflow a stamp
+        raise ValueError(f"year {year}")
     seconds: float = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0))
     if fraction:
         seconds += float(f"0.{fraction}")
@@ -198,7 +211,7 @@ def _event(message: str) -> Optional[Dict[str, Any]]:
             "kind": "xid",
             "bus_id": bus_id(bus),
             "code": int(code),
-            "pid": int(pid) if pid.isdigit() else None,
+            "pid": int(pid) if re.fullmatch(r"[0-9]{1,10}", pid) else None,
             "process": name if name and name != "<unknown>" else None,
             "text": (text or "").strip(),
         }
@@ -215,6 +228,9 @@ def _event(message: str) -> Optional[Dict[str, Any]]:
         }
     if _PEERMEM_RE.search(message):
         return {"kind": "peermem", "text": message.strip()}
+    if _MENTIONS_XID_RE.search(message) and not _SXID_DETAIL_RE.search(message):
+        # An XID or SXID report that cannot be read is still one: never skipped as noise.
+        return {"kind": "unreadable", "text": message.strip()[:300]}
     return None
 
 

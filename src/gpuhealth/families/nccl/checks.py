@@ -182,6 +182,21 @@ def nccl_data_integrity(node: NodeView) -> Result:
         problems.append(f"Out of bounds values: {oob.get('count')} FAILED")
     if problems:
         return failed(f"data corruption: {'; '.join(problems)}", Action.DRAIN, _CORRUPTION_ACTION)
+    gap = run.get("sweep_gap")
+    if run.get("rows_elided") or (gap and run.get("elided")):
+        return skipped("not evaluated: the excerpt elides rows of the sweep (`...`)")
+    if gap:
+        before, after = gap
+        where = (
+            f"between {size_text(before)} and {size_text(after)}"
+            if before
+            else (f"before {size_text(after)}")
+        )
+        return failed(
+            f"rows are missing from the sweep {where}: those sizes were not checked",
+            Action.RERUN,
+            "read the attached log (a garbled or edited file?); re-run the sweep",
+        )
     if run.get("sweep_complete") is False:
         last = max(row["size"] for row in run["rows"])
         return failed(

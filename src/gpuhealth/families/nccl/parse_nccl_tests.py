@@ -23,7 +23,7 @@ before it holds no verdict on the sizes it lost.
 
 import math
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from gpuhealth.parsing import ParseError
 
@@ -33,21 +33,21 @@ _ROW_START = re.compile(r"^\s*\d+\s+\d+\s")
 # The device name is the rest of the line (stripped after the match: a lazy `(.*?)\s*$` is
 # quadratic in runs of spaces).
 _RANK = re.compile(
-    r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)"
+    r"^#\s*Rank\s+(\d{1,18})\s+(?:Group\s+(\d{1,18})\s+)?Pid\s+(\d{1,18})\s+on\s+(\S+)\s+device\s+(\d{1,18})"
     r"\s+\[([^\]]*)\](.*)$"
 )
 _HEADER_FIELDS = {
-    "nthread": r"nThread\s+(\d+)",
-    "ngpus": r"nGpus\s+(\d+)",
-    "min_bytes": r"minBytes\s+(\d+)",
-    "max_bytes": r"maxBytes\s+(\d+)",
-    "warmup_iters": r"warmup iters:\s*(\d+)",
-    "iters": r"(?<!warmup )(?<!agg )iters:\s*(\d+)",
-    "validation": r"validation:\s*(\d+)",
+    "nthread": r"nThread\s+(\d{1,18})",
+    "ngpus": r"nGpus\s+(\d{1,18})",
+    "min_bytes": r"minBytes\s+(\d{1,18})",
+    "max_bytes": r"maxBytes\s+(\d{1,18})",
+    "warmup_iters": r"warmup iters:\s*(\d{1,18})",
+    "iters": r"(?<!warmup )(?<!agg )iters:\s*(\d{1,18})",
+    "validation": r"validation:\s*(\d{1,18})",
 }
-_STEP = re.compile(r"step:\s*(\d+)\s*\((factor|bytes)\)")
-_REDUCED = re.compile(r"Reducing maxBytes to (\d+)")
-_OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?\s*$", re.I)
+_STEP = re.compile(r"step:\s*(\d{1,18})\s*\((factor|bytes)\)")
+_REDUCED = re.compile(r"Reducing maxBytes to (\d{1,18})")
+_OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d{1,18})\s*(OK|FAILED)?\s*$", re.I)
 _AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(\S+)\s*(OK|FAILED)?\s*$", re.I)
 _FOOTER = re.compile(r"^#?\s*(Out of bounds values|Avg bus bandwidth)\b", re.I)
 _BINARY = re.compile(r"\b([a-z]+(?:_[a-z]+)*)_perf(?:_mpi)?\b")
@@ -177,6 +177,33 @@ def _sweep_complete(
     return largest + max(header["step"], 1) > end
 
 
+def _sweep_gap(
+    header: Optional[Dict[str, Any]], rows: List[Dict[str, Any]]
+) -> Optional[Tuple[int, int]]:
+    """The first place rows are missing from the sweep, as (size before, size after; 0 before
+    the first row), or None: each size is the previous one times the factor (or plus the step)
+    within alignment, per type and operation. Unknown without the header."""
+    if not header or "step" not in header or "min_bytes" not in header:
+        return None
+    factor = header["step_kind"] == "factor"
+
+    def after(size: int) -> float:
+        expected = size * max(header["step"], 2) if factor else size + max(header["step"], 1)
+        return expected * 1.01 + 64  # nccl-tests rounds sizes down to whole elements per rank
+
+    previous: Optional[Dict[str, Any]] = None
+    for row in rows:
+        same = previous is not None and (previous["type"], previous["redop"]) == (
+            row["type"],
+            row["redop"],
+        )
+        start = previous["size"] if same and previous is not None else header["min_bytes"]
+        if row["size"] > (after(start) if same else max(start, 1) * 1.01 + 64):
+            return (start if same else 0), row["size"]
+        previous = row
+    return None
+
+
 def _is_all_reduce(rows: List[Dict[str, Any]]) -> bool:
     """An all_reduce table: a reduction to every rank (root -1) over the full buffer."""
     if not rows:
@@ -208,6 +235,8 @@ def parse(text: str) -> Dict[str, Any]:
     collective = None
     nccl_version = None
     reduced = None
+    cut_after = -1  # the number of rows before the last `...`; rows_elided: rows follow it
+    rows_elided = False
     for number, raw in enumerate(text.splitlines(), 1):
         line = _strip_prefix(raw.rstrip())
         stripped = line.strip()
@@ -215,6 +244,7 @@ def parse(text: str) -> Dict[str, Any]:
             continue
         if stripped in ("...", "…") or stripped.startswith("..."):
             elided = True
+            cut_after = len(rows) if rows else cut_after
             continue
         body = stripped.lstrip("#").strip()
         if _FOOTER.match(stripped):
@@ -258,6 +288,7 @@ def parse(text: str) -> Dict[str, Any]:
                 collective = found.group(1) if found else collective
             continue
         if _ROW_START.match(line) or _row_like(line.split(), columns):
+            rows_elided = rows_elided or cut_after == len(rows)
             rows.append(_row(line.split(), columns, number, raw))
             continue
         smaller = _REDUCED.search(line)
@@ -292,14 +323,17 @@ def parse(text: str) -> Dict[str, Any]:
         "rows": rows,
         "sweep_end_bytes": _sweep_end(header, reduced),
         "sweep_complete": _sweep_complete(header, _sweep_end(header, reduced), rows),
+        "sweep_gap": _sweep_gap(header, rows),
         "elided": elided,
+        "rows_elided": rows_elided,
         "out_of_bounds": out_of_bounds,
         "avg_busbw_gbps": avg,
         "avg_ok": avg_ok,
     }
 
 
-_TABLE_HEADER = re.compile(r"^[ \t]*(?:\S+:[ \t]?)?#?[ \t]*size[ \t]+count[ \t]+type\b", re.M)
+# One whitespace run per place, so a line of spaces is not matched quadratically.
+_TABLE_HEADER = re.compile(r"^(?:[ \t]*[^\s#]\S*:[ \t]?)?[ \t#]*size[ \t]+count[ \t]+type\b", re.M)
 
 
 def looks_like(text: str) -> bool:

@@ -23,9 +23,9 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from gpuhealth.families.system.parse_proc import format_cpulist
 from gpuhealth.parsing import ParseError
 
-_AVAILABLE = re.compile(r"^available: (\d+) nodes \(([^)]*)\)$")
-_NODE_LINE = re.compile(r"^node (\d+) (cpus|size|free):(.*)$")
-_SIZE = re.compile(r"^(\d+) MB$")
+_AVAILABLE = re.compile(r"^available: (\d{1,18}) nodes \(([^)]*)\)$")
+_NODE_LINE = re.compile(r"^node (\d{1,18}) (cpus|size|free):(.*)$")
+_SIZE = re.compile(r"^(\d{1,18}) MB$")
 
 
 def _fail(number: int, line: str, why: str) -> ParseError:
@@ -90,7 +90,11 @@ def _distances(rest: Iterator[Tuple[int, str]], node_ids: List[int]) -> List[Lis
     except StopIteration:
         raise ParseError("numactl --hardware: 'node distances:' without a matrix") from None
     columns = header.split()
-    if not columns or columns[0] != "node" or not all(c.isdigit() for c in columns[1:]):
+    if (
+        not columns
+        or columns[0] != "node"
+        or not all(re.fullmatch(r"[0-9]{1,9}", c) for c in columns[1:])
+    ):
         raise _fail(number, header, "expected the distance header 'node 0 1 ...'")
     ids = [int(c) for c in columns[1:]]
     if ids != node_ids:
@@ -101,7 +105,7 @@ def _distances(rest: Iterator[Tuple[int, str]], node_ids: List[int]) -> List[Lis
             number, row = next(rest)
         except StopIteration:
             raise ParseError("numactl --hardware: distance matrix cut short") from None
-        match = re.fullmatch(r"\s*(\d+):((?:\s+\d+)+)\s*", row)
+        match = re.fullmatch(r"\s*(\d{1,18}):((?:\s+\d{1,18})+)\s*", row)
         values = match.group(2).split() if match else []
         if not match or int(match.group(1)) != expected or len(values) != len(ids):
             raise _fail(number, row, f"expected row '{expected}:' with {len(ids)} distances")

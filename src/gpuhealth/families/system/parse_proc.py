@@ -9,7 +9,7 @@ from typing import Dict, List, Set
 
 from gpuhealth.parsing import ParseError
 
-_MEMINFO_LINE = re.compile(r"^([A-Za-z0-9_()]+):\s+(\d+)(?: kB)?\s*$")
+_MEMINFO_LINE = re.compile(r"^([A-Za-z0-9_()]+):\s+(\d{1,18})(?: kB)?\s*$")
 
 
 def meminfo(text: str) -> Dict[str, int]:
@@ -55,7 +55,7 @@ def cpulist(text: str) -> List[int]:
     if not text:
         return []
     for part in text.split(","):
-        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
+        match = re.fullmatch(r"(\d{1,18})(?:-(\d{1,18}))?", part.strip())
         if not match:
             raise ParseError(f"cpu list {text!r}: cannot read {part!r}")
         low = int(match.group(1))

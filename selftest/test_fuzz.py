@@ -1,0 +1,279 @@
+"""Fuzzing every parser and `gpuhealth triage` with mutated real samples (hypothesis).
+
+Properties: a parser returns facts or raises ParseError, nothing else, within a bounded time
+(a 120 KB line costs milliseconds, not the minutes a quadratic pattern would); triage exits 0,
+1 or 2, never 3 (a traceback); and a mutation that only destroys the evidence of a fault never
+turns the check that judges it into PASS.
+
+`make test` runs GPUHEALTH_FUZZ_EXAMPLES (default 700) cases per target with a fixed seed, about
+11,000 in all (the count is printed at the end of the run); `make fuzz` runs a longer
+campaign with fresh random cases. A failure prints the minimal input hypothesis found: make it
+a regular test next to the parser's others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuhealth import cli
+from gpuhealth.families.dcgm import parse_dcgm
+from gpuhealth.families.fabric import parse_fi_info, parse_rdma
+from gpuhealth.families.gpu import parse_nvlink, parse_smi_text, parse_smi_xml
+from gpuhealth.families.gpud import parse_gpud
+from gpuhealth.families.kernel import parse_kernel_log
+from gpuhealth.families.nccl import parse_nccl_tests
+from gpuhealth.families.storage import parse_mounts
+from gpuhealth.families.system import parse_numactl, parse_proc
+from gpuhealth.parsing import ParseError
+from selftest.mutations import garbled, mutated, mutated_json
+
+DATA = Path(__file__).parent / "data"
+EXAMPLES = int(os.environ.get("GPUHEALTH_FUZZ_EXAMPLES", "700"))
+# Fixed cases in `make test` (the same run every time); `make fuzz` draws fresh ones.
+FRESH = os.environ.get("GPUHEALTH_FUZZ_FRESH") == "1"
+PER_CASE = timedelta(seconds=5)  # bounded time: a linear parser needs milliseconds
+
+
+def texts(*patterns: str) -> list[str]:
+    found = sorted(p for pattern in patterns for p in DATA.glob(pattern) if p.is_file())
+    assert found, patterns
+    return [p.read_text(errors="replace") for p in found]
+
+
+def fuzz(strategy: st.SearchStrategy[str], prop: Callable[[str], None], examples: int) -> int:
+    """Run `prop` on `examples` cases drawn from `strategy`; the number of cases run."""
+    runs = 0
+
+    @settings(
+        max_examples=examples,
+        deadline=PER_CASE,
+        database=None,
+        derandomize=not FRESH,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(strategy)
+    def case(text: str) -> None:
+        nonlocal runs
+        runs += 1
+        prop(text)
+
+    case()
+    return runs
+
+
+def parses_or_refuses(*parsers: Callable[[str], Any]) -> Callable[[str], None]:
+    """The property: every parser gives facts or a ParseError for the text."""
+
+    def prop(text: str) -> None:
+        for parser in parsers:
+            with contextlib.suppress(ParseError):
+                parser(text)
+
+    return prop
+
+
+def _fi_info(text: str) -> Any:
+    return parse_fi_info.summary(parse_fi_info.parse(text))
+
+
+def _gpud(text: str) -> Any:
+    doc = parse_gpud.load(text, "fuzz")
+    kind = parse_gpud.kind(doc)
+    if kind == "events":
+        return parse_gpud.events(doc)
+    return parse_gpud.states(doc)
+
+
+def _rdma(text: str) -> Any:
+    for parser in (parse_rdma.parse_enum, parse_rdma.parse_rate, parse_rdma.parse_counter):
+        with contextlib.suppress(ParseError):
+            parser(text)
+
+
+IB = "efa/h100-ib-root/sys/class/infiniband/*/ports/1/"
+TARGETS: dict[str, tuple[list[str], Callable[[str], None], bool]] = {
+    "nvidia-smi -q": (
+        texts("nvidia-smi/gpud_h100*.txt", "nvidia-smi/gpud_titanv*.txt"),
+        parses_or_refuses(parse_smi_text.parse),
+        False,
+    ),
+    "nvidia-smi -q -x": (texts("nvidia-smi/*.xml"), parses_or_refuses(parse_smi_xml.parse), False),
+    "nvidia-smi nvlink": (
+        texts("nvidia-smi/gpud_a100_nvlink_status.txt"),
+        parses_or_refuses(parse_nvlink.parse_status),
+        False,
+    ),
+    "kernel log": (
+        texts("dmesg/*dmesg*.log", "dmesg/*kmsg*.log"),
+        parses_or_refuses(parse_kernel_log.detect, parse_kernel_log.parse),
+        False,
+    ),
+    "fabric manager log": (
+        texts("dmesg/*fabricmanager*.log"),
+        parses_or_refuses(
+            parse_kernel_log.detect_fabric_manager, parse_kernel_log.parse_fabric_manager
+        ),
+        False,
+    ),
+    "fi_info": (texts("efa/*.txt"), parses_or_refuses(_fi_info), False),
+    "rdma sysfs": (texts(IB + "state", IB + "rate", IB + "phys_state"), _rdma, False),
+    "numactl": (texts("system/numactl/*"), parses_or_refuses(parse_numactl.parse_hardware), False),
+    "/proc": (
+        texts("system/*/proc/meminfo", "system/*/proc/modules"),
+        parses_or_refuses(parse_proc.meminfo, parse_proc.modules, parse_proc.cpulist),
+        False,
+    ),
+    "/proc/mounts": (texts("system/*/proc/mounts"), parses_or_refuses(parse_mounts.parse), False),
+    "nccl-tests": (
+        texts("nccl-tests/*.txt", "nccl-tests/*.log"),
+        parses_or_refuses(parse_nccl_tests.looks_like, parse_nccl_tests.parse),
+        False,
+    ),
+    "dcgmi diag": (
+        texts("dcgm/*diag*.json"),
+        parses_or_refuses(parse_dcgm.parse_diag),
+        True,
+    ),
+    "dcgmi health": (texts("dcgm/*health*.json"), parses_or_refuses(parse_dcgm.parse_health), True),
+    "gpud": (texts("gpud/*.json"), parses_or_refuses(_gpud), True),
+}
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_parsers_give_facts_or_a_parse_error(target, record_property):
+    seeds, prop, is_json = TARGETS[target]
+    strategy = st.sampled_from(seeds).flatmap(mutated)
+    if is_json:  # line damage and wrong shapes both
+        strategy = st.one_of(strategy, st.sampled_from(seeds).flatmap(mutated_json))
+    record_property("fuzz_cases", fuzz(strategy, prop, EXAMPLES))
+
+
+# ---------------------------------------------------------------- gpuhealth triage
+
+
+def triage(text: str, *args: str) -> tuple[int, str, str]:
+    """`gpuhealth triage --json FILE ARGS` in this process: (exit status, stdout, stderr)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "evidence.txt"
+        path.write_text(text, errors="surrogateescape")
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = cli.main(["triage", str(path), "--json", *args])
+        return rc, out.getvalue(), err.getvalue()
+
+
+def never_a_traceback(text: str) -> None:
+    rc, _, err = triage(text)
+    assert rc in (0, 1, 2), err
+    if rc == 2:
+        assert "evidence.txt" in err  # the message names the file
+
+
+def test_triage_never_exits_with_a_traceback(record_property):
+    seeds = [
+        text
+        for target, (found, _, _) in TARGETS.items()
+        if target != "rdma sysfs"
+        for text in found
+    ]
+    strategy = st.sampled_from(seeds).flatmap(mutated)
+    record_property("fuzz_cases", fuzz(strategy, never_a_traceback, EXAMPLES // 2))
+
+
+# ---------------------------------------------------------------- never a false pass
+
+
+def _h100_clean() -> str:
+    text = (DATA / "nvidia-smi/gpud_h100x8_535.161.08_query.txt").read_text()
+    for label in ("HW Slowdown                       ", "HW Power Brake Slowdown       "):
+        text = text.replace(f"{label}: Active", f"{label}: Not Active")
+    return text
+
+
+def _on_gpu3(text: str, old: str, new: str) -> str:
+    """`old` -> `new` inside the block of the sample's fourth GPU only."""
+    start = text.index("\nGPU 00000000:4C:00.0")
+    end = text.index("\nGPU 00000000:", start + 1)
+    block = text[start:end]
+    assert old in block
+    return text[:start] + block.replace(old, new, 1) + text[end:]
+
+
+def _faults() -> dict[str, tuple[str, tuple[str, ...], str, str | None]]:
+    """name -> (evidence with one fault, triage arguments, the check that fails on it, and
+    for a kernel log the text of the fault's line, which mutations may spoil but not delete:
+    a kernel log has no end marker, so without its fault line it is a clean log)."""
+    clean = _h100_clean()
+    one_node = (DATA / "nccl-tests/nccltests_issue290_1node_8xH100_nvls_all_reduce.txt").read_text()
+    corrupt_row = one_node.replace("382.99      0", "382.99      5", 1)
+    return {
+        "hw-slowdown-gpu3": (
+            _on_gpu3(
+                clean,
+                "HW Slowdown                       : Not Active",
+                "HW Slowdown                       : Active",
+            ),
+            ("--profile", "h100-sxm"),
+            "throttle",
+            None,
+        ),
+        "uncorrected-ecc-gpu3": (
+            _on_gpu3(
+                clean, "DRAM Uncorrectable            : 0", "DRAM Uncorrectable            : 2"
+            ),
+            ("--profile", "h100-sxm"),
+            "ecc_errors",
+            None,
+        ),
+        "xid48": (
+            (DATA / "dmesg/gpud_dmesg_xid48_63_94_peermem.log").read_text(),
+            (),
+            "kernel_log",
+            "NVRM: Xid (PCI:0000:19:00): 48",
+        ),
+        "nccl-wrong": (corrupt_row, ("--nodes", "1"), "nccl_data_integrity", None),
+        "nccl-out-of-bounds": (
+            (DATA / "nccl-tests/nccltests_issue37_8xV100_all_gather_legacy.txt").read_text(),
+            ("--nodes", "1"),
+            "nccl_data_integrity",
+            None,
+        ),
+        "gpud-unhealthy": (
+            (DATA / "gpud/gpud_docs_v1_states_xid74_unhealthy_element.json").read_text(),
+            (),
+            "gpud_health",
+            None,
+        ),
+    }
+
+
+FAULTS = _faults()
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_destroying_the_evidence_of_a_fault_never_gives_pass(fault, record_property):
+    text, args, check, protect = FAULTS[fault]
+    rc, out, err = triage(text, *args)
+    statuses = {f["status"] for f in json.loads(out)["findings"] if f["check"] == check}
+    assert rc == 1 and "FAIL" in statuses, (out, err)  # the seed itself fails
+
+    def never_pass(mutant: str) -> None:
+        rc, out, err = triage(mutant, *args)
+        assert rc in (1, 2), (rc, out, err)  # never a traceback, never an overall pass
+        if rc == 1:
+            found = [f for f in json.loads(out)["findings"] if f["check"] == check]
+            assert not found or {f["status"] for f in found} != {"PASS"}, found
+
+    record_property("fuzz_cases", fuzz(garbled(text, protect), never_pass, EXAMPLES // 4))
