@@ -6,13 +6,20 @@ outcome the parser must give instead.
 
 from __future__ import annotations
 
+import os
+import re
+from typing import Any
+
 import pytest
 
+from gpuhealth import cli
 from gpuhealth.families.dcgm import parse_dcgm
-from gpuhealth.families.fabric import parse_rdma
-from gpuhealth.families.gpu import parse_smi_text
+from gpuhealth.families.fabric import parse_fi_info, parse_rdma
+from gpuhealth.families.gpu import parse_nvlink, parse_smi_text, parse_smi_xml
+from gpuhealth.families.gpud import parse_gpud
 from gpuhealth.families.kernel import parse_kernel_log
 from gpuhealth.families.nccl import parse_nccl_tests
+from gpuhealth.families.system import parse_proc
 from gpuhealth.parsing import ParseError
 from selftest.facts import DATA, healthy_h100, judge
 
@@ -157,3 +164,233 @@ def test_rows_elided_with_dots_are_not_evaluated():
     facts = {"source": "evidence-file", "nccl": {"nodes": 1, "run": run}}
     result = judge("nccl_data_integrity", facts)
     assert result.status.value == "SKIP" and "elides rows" in result.result.message
+
+
+# ---------------------------------------------------------------- from the fuzz campaign report
+# (a helper's mutation campaign over every parser and triage: crashes, slow inputs, false passes)
+
+H100_TEXT = (DATA / "nvidia-smi" / "gpud_h100x8_535.161.08_query.txt").read_text()
+T4_XML = (DATA / "nvidia-smi" / "telegraf_tesla-t4_515.105.01_v11.xml").read_text()
+
+
+def test_xml_nested_deeper_than_nvidia_smi_ever_is_refused():
+    deep = "<a>" * 1000 + "x" + "</a>" * 1000
+    text = T4_XML.replace("<product_name>", deep + "<product_name>", 1)
+    with pytest.raises(ParseError, match="nested more than 32 levels deep"):
+        parse_smi_xml.parse(text)
+
+
+def test_a_driver_version_of_5000_digits_is_unreadable_not_a_crash():
+    text = H100_TEXT.replace("535.161.08", "5" * 5000, 1)
+    doc = parse_smi_text.parse(text)
+    assert doc["driver"]["version"] is None
+    assert doc["driver"]["unavailable"]["version"]["kind"] == "error"
+    assert judge("driver_version", {**doc, "source": "evidence-file"}).status.value == "FAIL"
+
+
+def test_an_attached_count_no_node_has_is_refused():
+    with pytest.raises(ParseError, match="Attached GPUs 100000 is more than a node holds"):
+        parse_smi_text.parse(
+            H100_TEXT.replace(
+                "Attached GPUs                             : 8",
+                "Attached GPUs                             : 100000",
+            )
+        )
+
+
+def test_fi_getinfo_error_of_5000_digits_is_no_error_code():
+    with pytest.raises(ParseError, match="no fi_info provider block"):
+        parse_fi_info.parse("fi_getinfo: -" + "9" * 5000 + "\n")
+
+
+def test_nccl_columns_out_of_order_are_an_unknown_header():
+    text = (
+        "#  size count type redop root algbw time busbw #wrong\n  8 2 float sum -1 1.0 2.0 3.0 0\n"
+    )
+    with pytest.raises(ParseError, match="unknown nccl-tests column header"):
+        parse_nccl_tests.parse(text)
+
+
+def test_long_lines_in_nvlink_status_and_fi_info_are_read_linearly():
+    links = parse_nvlink.parse_status("GPU 0: X\n\t Link 0: x" + " " * 100_000 + "y\n")
+    assert links == {0: [{"link": 0, "up": False, "speed_gbps": None}]}
+    block = (DATA / "efa" / "awesome-networking_p4de_fi_info_efa_rdm_4dev.txt").read_text()
+    spaced = block.replace("    fabric:", "    fabric: x" + " " * 100_000 + "y\n    fabric:", 1)
+    assert parse_fi_info.parse(spaced)["entries"]
+
+
+def test_many_peermem_mentions_without_error_are_no_event():
+    line = "[    1.000000] " + "nvidia-peermem " * 20_000
+    assert parse_kernel_log.parse(line + "\n")["events"] == []
+    assert parse_kernel_log.parse(line + "ERROR x\n")["events"][0]["kind"] == "peermem"
+
+
+def test_a_cpu_range_beyond_any_machine_is_refused():
+    with pytest.raises(ParseError, match="beyond any machine"):
+        parse_proc.cpulist("0-99999999999")
+
+
+def test_triage_refuses_a_fifo_instead_of_blocking(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert cli.main(["triage", str(fifo)]) == 2
+
+
+def test_temperature_headroom_is_not_claimed_without_the_slowdown_point():
+    facts = healthy_h100()
+    gpu = facts["gpus"][0]
+    gpu["temp_slowdown_c"] = None
+    gpu["unavailable"]["temp_slowdown_c"] = {"kind": "error", "detail": "cannot read 'x'"}
+    result = judge("temperature", facts, 0)
+    assert result.status.value == "FAIL" and "the GPU's slowdown temperature" in result.text
+    gpu["unavailable"]["temp_slowdown_c"] = {"kind": "not_supported", "detail": "N/A"}
+    assert "this GPU has no slowdown point" in judge("temperature", facts, 0).text
+
+
+def test_an_unknown_retired_page_count_is_not_zero():
+    facts = healthy_h100()
+    facts["gpus"][0]["retired_pages"] = {"single_bit": 0, "double_bit": None, "pending": False}
+    result = judge("retired_pages", facts, 0)
+    assert (result.status.value, result.result.message) == (
+        "FAIL",
+        "retired pages not reported: double_bit",
+    )
+
+
+def test_a_link_width_that_is_unknown_is_not_vouched_for():
+    facts = healthy_h100()
+    facts["gpus"][0]["pcie"]["width_max"] = None
+    result = judge("pcie_link", facts, 0, profile="default")
+    assert result.status.value == "FAIL" and "PCIe link width not reported" in result.text
+
+
+def test_an_xid_whose_timestamp_is_garbled_is_kept_without_a_time():
+    log = (
+        "2024-11-15T12:00:00,000000+00:00 usb 1-1: reset\n"
+        "2024-11-15T12:00:0O,000000+00:00 NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, "
+        "GPU has fallen off the bus.\n"
+        "2024-11-15T12:00:01,000000+00:00 usb 1-1: reset\n"
+    )
+    (event,) = parse_kernel_log.parse(log)["events"]
+    assert (event["code"], event["time"], event["uptime_s"]) == (79, None, None)
+
+
+def fm_log(level: str = "ERROR", month: str = "Feb") -> str:
+    return (
+        "[Feb 25 2025 13:59:45] [INFO] [tid 1] Fabric Manager started\n"
+        f"[{month} 25 2025 14:00:00] [{level}] [tid 2] detected NVSwitch fatal error 12028 on "
+        "fid 0 on NVSwitch pci bus id 00000000:05:00.0 physical id 0 port 3\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("level", "month", "kind", "fatal"),
+    [
+        ("ERROR", "Feb", "fabric_manager", True),
+        ("CRITICAL", "Feb", "fabric_manager", True),
+        ("EROR", "Feb", "unreadable", None),
+        ("ERROR", "Fbe", "fabric_manager", True),
+    ],
+    ids=["error", "critical", "garbled-level", "garbled-month"],
+)
+def test_fabric_manager_entries_are_never_dropped_for_a_garbled_field(level, month, kind, fatal):
+    (event,) = parse_kernel_log.parse_fabric_manager(fm_log(level, month))["events"]
+    assert event["kind"] == kind and event.get("fatal") is fatal
+
+
+def test_an_absurd_uptime_at_the_end_does_not_end_the_log():
+    log = (
+        "[171160.000000] NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, gone\n"
+        "[171167.000000] usb 1-1: reset\n"
+        "[99999999999.000000] usb 1-1: reset\n"
+    )
+    parsed = parse_kernel_log.parse(log)
+    assert (parsed["newest_uptime_s"], parsed["future_lines"]) == (171167.0, 1)
+
+
+def nccl_section(text: str) -> dict[str, Any]:
+    return {"nodes": 1, "run": parse_nccl_tests.parse(text)}
+
+
+def test_a_lone_wrong_na_among_validated_rows_is_not_a_pass():
+    text = NCCL_ONE_NODE.read_text().replace("382.99      0", "382.99    N/A", 1)
+    facts = {"source": "evidence-file", "nccl": nccl_section(text)}
+    result = judge("nccl_data_integrity", facts)
+    assert result.status.value == "FAIL" and "#wrong N/A at 128 MiB out-of-place" in result.text
+
+
+def test_a_footer_that_says_failed_but_cannot_be_read_is_not_a_pass():
+    text = NCCL_ONE_NODE.read_text().replace(
+        "# Out of bounds values : 0 OK", "# Out of bounds va1ues : 5 FAILED"
+    )
+    facts = {"source": "evidence-file", "nccl": nccl_section(text)}
+    result = judge("nccl_data_integrity", facts)
+    assert result.status.value == "FAIL" and "the log says FAILED" in result.text
+
+
+def test_a_gpud_component_with_no_state_is_unknown_not_healthy():
+    doc = [
+        {"component": "xid", "states": []},
+        {"component": "cpu", "states": [{"name": "cpu", "health": "Healthy"}]},
+    ]
+    states = parse_gpud.states(doc)
+    assert [s["health"] for s in states] == [None, "Healthy"]
+
+
+@pytest.mark.parametrize(
+    ("printed", "status"),
+    [("critical", "FAIL"), ("FATAL", "FAIL"), (None, "WARN"), ("N/A", "WARN"), ("", "WARN")],
+)
+def test_gpud_event_types_in_any_case_and_unknown_ones_are_never_ignored(printed, status):
+    event = {"component": "xid", "name": "error_xid", "message": "XID 79", "type": printed}
+    section = {
+        "since": None,
+        "events": parse_gpud.events([{"component": "xid", "events": [event]}]),
+    }
+    result = judge("gpud_events", {"source": "evidence-file", "gpud_events": section})
+    assert result.status.value == status
+
+
+def test_a_dcgm_failure_on_a_gpu_the_evidence_does_not_list_is_judged_node_wide():
+    diag = parse_dcgm.parse_diag(
+        '{"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [{"name": '
+        '"memory", "results": [{"entity_group": "GPU", "entity_id": 0, "status": "Pass"}, '
+        '{"entity_group": "GPU", "entity_id": 1, "status": "Fail", "warnings": ["bad"]}]}]}]}}'
+    )
+    facts = {
+        "source": "evidence-file",
+        "gpus": [{"index": 0, "unavailable": {}}],
+        "dcgm": {"level": 3, "diag": diag, "error": None},
+    }
+    # Judged per GPU is only what the evidence holds slots for: here one GPU (no profile count).
+    result = judge("dcgm_diag", facts, profile="default")
+    assert result.status.value == "FAIL" and "GPU 1 memory" in result.text
+
+
+def test_dcgm_health_is_the_worst_of_overall_and_its_entities():
+    text = (
+        '{"body": {"Overall Health": {"value": "Healthy"}, "GPU": {"children": {"0": '
+        '{"value": "Warning", "children": {"Errors": {"children": {"PCIe system": '
+        '{"value": "Warning", "overflow": ["replays"]}}}}}}}}}'
+    )
+    facts = {"source": "evidence-file", "dcgm_health": {"health": parse_dcgm.parse_health(text)}}
+    result = judge("dcgm_health", facts)
+    assert result.status.value == "WARN" and "(overall says Healthy)" in result.text
+
+
+def test_a_dcgm_category_without_its_tests_is_refused():
+    with pytest.raises(ParseError, match="an entry without 'tests'"):
+        parse_dcgm.parse_diag('{"DCGM Diagnostic": {"test_categories": [{"xests": []}]}}')
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("GPU 00000000:19:00.0", "xPU 00000000:19:00.0", "holds an indented block but is not"),
+        ("GPU 00000000:3B:00.0\n", "", "a second 'Product Name' in the GPU section of line 9"),
+    ],
+    ids=["header-garbled", "header-deleted"],
+)
+def test_a_lost_gpu_header_is_an_error_not_a_renumbered_fleet(old, new, message):
+    with pytest.raises(ParseError, match=re.escape(message)):
+        parse_smi_text.parse(H100_TEXT.replace(old, new, 1))

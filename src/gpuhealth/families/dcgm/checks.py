@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhealth.checks import CheckSet, NodeView, detail, load_test_output, section
+from gpuhealth.checks import (
+    CheckSet,
+    NodeView,
+    detail,
+    gpu_slots,
+    load_test_output,
+    section,
+)
 from gpuhealth.facts import reason
 from gpuhealth.results import Action, Result, Status, failed, passed, skipped, warned
 
@@ -94,12 +101,14 @@ def dcgm_diag(node: NodeView) -> Result:
         return failed(f"{run} reported no test results", Action.RERUN, "read the attached output")
     buckets = _buckets()
     per_gpu = 0
+    # GPUs judged per GPU (dcgm_diag_gpu); results about any other GPU are judged here.
+    slots = 0 if here else gpu_slots(node.expected_gpus, node.facts)
     for test in diag["tests"]:
         for result in test["results"]:
             named = test
             if len(result["gpus"]) == 1 and result["entity"] is None:
                 per_gpu += 1
-                if not here:
+                if result["gpus"][0] < slots:
                     continue
                 named = {**test, "name": f"GPU {result['gpus'][0]} {test['name']}"}
             _sort(named, result, buckets)
@@ -192,9 +201,15 @@ def dcgm_health(node: NodeView) -> Result:
         if reason(watches, "health")["kind"] == "absent":
             return skipped(f"not evaluated: the evidence holds no DCGM health ({text})")
         return failed(f"could not read DCGM health: {text}", *_health_action(text))
-    incidents = [_incident(i) for i in health["incidents"]]
+    incidents = [_incident(i) for i in health["incidents"] if i.get("health") != "Healthy"]
     listed = f": {'; '.join(incidents)[:600]}" if incidents else ""
-    overall = health["overall"]
+    # The worst of the overall value and the entities': evidence that says Healthy overall but
+    # lists a Warning is inconsistent, and an entity whose health is unknown is not healthy.
+    ranks = {"Healthy": 0, "Warning": 1}
+    healths = [health["overall"], *(i.get("health") or "unknown" for i in health["incidents"])]
+    overall = max(healths, key=lambda h: ranks.get(str(h), 2))
+    if overall != health["overall"]:
+        listed = f" (overall says {health['overall']}){listed}"
     if overall == "Healthy":
         return passed("DCGM overall health Healthy")
     if overall == "Warning":

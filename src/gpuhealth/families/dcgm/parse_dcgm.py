@@ -85,6 +85,13 @@ def _gpus(result: Dict[str, Any]) -> Tuple[List[int], Optional[str]]:
         raise ParseError(f"dcgmi diag: bad gpu_ids {ids!r}") from None
 
 
+def _required(node: Dict[str, Any], key: str) -> Any:
+    if key not in node:
+        keys = ", ".join(sorted(map(str, node)))[:120]
+        raise ParseError(f"dcgmi diag -j: an entry without {key!r} (keys: {keys})")
+    return node[key]
+
+
 def parse_diag(text: str) -> Dict[str, Any]:
     """Every test's results, each with its GPU indices, status, info and warnings."""
     doc = _document(text, "dcgmi diag -j")
@@ -104,12 +111,14 @@ def parse_diag(text: str) -> Dict[str, Any]:
         if category is None:
             continue
         category = mapping(category, "dcgmi diag -j: a test category")
-        for test in sequence(category.get("tests"), "dcgmi diag -j: tests"):
+        # Every DCGM release lists a category's tests and a test's results: without the key
+        # the failed test it held would vanish, not pass.
+        for test in sequence(_required(category, "tests"), "dcgmi diag -j: tests"):
             if test is None:
                 continue
             test = mapping(test, "dcgmi diag -j: a test")
             results = []
-            for result in sequence(test.get("results"), "dcgmi diag -j: results"):
+            for result in sequence(_required(test, "results"), "dcgmi diag -j: results"):
                 if result is None:
                     continue
                 result = mapping(result, "dcgmi diag -j: a result")

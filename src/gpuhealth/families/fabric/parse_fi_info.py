@@ -19,8 +19,9 @@ from gpuhealth.parsing import ParseError
 
 # -FI_ENODATA: fi_getinfo found nothing matching the hints (no device, provider not loaded).
 NO_DATA = -61
-_GETINFO = re.compile(r"^fi_getinfo: (-?\d+)")
-_FIELD = re.compile(r"^\s+([a-z_]+):\s*(.*?)\s*$")
+_GETINFO = re.compile(r"^fi_getinfo: (-?\d{1,18})(?!\d)")
+# The value is stripped after the match: a lazy `(.*?)\s*$` is quadratic in runs of spaces.
+_FIELD = re.compile(r"^\s+([a-z_]+):(.*)$")
 _REQUIRED = ("fabric", "domain", "version", "type")
 
 
@@ -50,7 +51,7 @@ def parse(text: str) -> Dict[str, Any]:
         field = _FIELD.match(line)
         if field is None:
             raise ParseError(f"line {number}: not a fi_info field: {line.strip()[:80]!r}")
-        entries[-1][field.group(1)] = field.group(2)
+        entries[-1][field.group(1)] = field.group(2).strip()
     for entry, number in zip(entries, starts):
         missing = [key for key in _REQUIRED if key not in entry]
         if missing:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from gpuhealth.checks import (
     CheckSet,
@@ -63,9 +63,9 @@ def driver_version(node: NodeView) -> Result:
         return need(driver, "version", "driver version")
     try:
         ok = Version(str(version)) >= Version(minimum)
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or digits beyond int()'s limit
         return failed(
-            f"driver version {version!r} cannot be compared with {minimum}",
+            f"driver version {str(version)[:40]!r} cannot be compared with {minimum}",
             Action.INSPECT,
             "read `nvidia-smi` and /proc/driver/nvidia/version on the node",
         )
@@ -252,18 +252,20 @@ def retired_pages(node: NodeView, gpu: dict[str, Any]) -> Result:
     """No page retirement pending, and retired pages below the RMA limit (pre-Ampere GPUs)."""
     pages = need(gpu, "retired_pages", "page retirement (GPUs before Ampere)")
     pending = pages.get("pending")
-    total = (pages.get("single_bit") or 0) + (pages.get("double_bit") or 0)
+    values = {key: pages.get(key) for key in ("single_bit", "double_bit", "pending")}
+    total = sum(values[key] or 0 for key in ("single_bit", "double_bit"))
     if pending:
         return failed(
             f"page retirement pending ({total} pages retired)",
             Action.RESET_GPU,
             "drain and reset the GPU (or reboot) so the pages are retired",
         )
-    if pending is None:
-        return failed("retired-pages pending state not reported", Action.RERUN)
     limit = _limits(node).max_retired_pages
     if total > limit:
         return failed(f"{total} retired pages > {limit}", Action.RMA, "RMA the GPU")
+    unknown = [key for key, value in values.items() if value is None]
+    if unknown:  # an unknown count is not zero retired pages
+        return failed(f"retired pages not reported: {', '.join(unknown)}", Action.RERUN)
     return passed(f"{total} retired pages, none pending")
 
 
@@ -312,8 +314,12 @@ def temperature(node: NodeView, gpu: dict[str, Any]) -> Result:
         )
     if temp >= warn_c:
         return warned(f"temperature {temp} C >= warning level {warn_c} C", Action.INSPECT, _COOLING)
-    where = f", slowdown at {slowdown} C" if slowdown is not None else ""
-    return passed(f"temperature {temp} C (limit {fail_c} C{where})")
+    if slowdown is None:
+        # The headroom cannot be claimed without the slowdown point, unless the GPU has none.
+        if reason(gpu, "temp_slowdown_c")["kind"] != "not_supported":
+            return missing(gpu, "temp_slowdown_c", "the GPU's slowdown temperature")
+        return passed(f"temperature {temp} C (limit {fail_c} C; this GPU has no slowdown point)")
+    return passed(f"temperature {temp} C (limit {fail_c} C, slowdown at {slowdown} C)")
 
 
 _HARD_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
@@ -429,7 +435,12 @@ def pcie_link(node: NodeView, gpu: dict[str, Any]) -> Result:
                 _RESEAT,
             )
         return passed(f"PCIe gen{gen} (idle; gen{gen_max} capable) x{width}")
-    if want_gen is None and want_width is None and width is not None and width_max is not None:
+    if want_gen is None and want_width is None:
+        if width is None or width_max is None:  # the trained width cannot be vouched for
+            return failed(
+                f"PCIe link width not reported (current x{width}, max x{width_max})",
+                Action.RERUN,
+            )
         if width < width_max:
             return warned(f"PCIe link x{width} of x{width_max}", Action.INSPECT, _RESEAT)
     return passed(f"PCIe gen{gen} x{width}")

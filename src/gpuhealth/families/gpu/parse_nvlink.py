@@ -10,7 +10,8 @@ from typing import Any, Dict, List, Optional
 from gpuhealth.parsing import ParseError
 
 _GPU = re.compile(r"^GPU (\d{1,18}): .*")
-_LINK = re.compile(r"^\s+Link (\d{1,18}): (.*?)\s*$")
+# The state is stripped after the match (a lazy `(.*?)\s*$` is quadratic in runs of spaces).
+_LINK = re.compile(r"^\s+Link (\d{1,18}): (.*)$")
 _SPEED = re.compile(r"^(\d{1,18}(?:\.\d{1,18})?) GB/s$")
 
 
@@ -27,8 +28,10 @@ def parse_status(text: str) -> Dict[int, List[Dict[str, Any]]]:
             continue
         link = _LINK.match(line)
         if link is None or current is None:
-            raise ParseError(f"line {number}: not nvidia-smi nvlink --status output: {line!r}")
-        speed = _SPEED.match(link.group(2))
+            raise ParseError(
+                f"line {number}: not nvidia-smi nvlink --status output: {line[:120]!r}"
+            )
+        speed = _SPEED.match(link.group(2).strip())
         current.append(
             {
                 "link": int(link.group(1)),

@@ -18,6 +18,7 @@ from gpuhealth.families.gpu.schema import (
     new_driver,
     new_gpu,
 )
+from gpuhealth.parsing import ParseError
 
 PROBE_XML = "nvidia-smi-xml"
 PROBE_TEXT = "nvidia-smi-text"
@@ -176,6 +177,13 @@ def to_bool(text: str) -> bool:
 def to_ecc_mode(text: str) -> str:
     """ "Enabled" -> "enabled" (the facts spelling)."""
     return "enabled" if to_bool(text) else "disabled"
+
+
+def to_version(text: str) -> str:
+    """A driver or CUDA version as printed ("570.124.06", "12.8"); anything else is garbled."""
+    if not re.fullmatch(r"\d{1,5}(?:\.\d{1,5}){0,3}", text):
+        raise ValueError(text)
+    return text
 
 
 def to_text(text: str) -> str:
@@ -747,7 +755,7 @@ def build_driver(version: Optional[str], cuda: Optional[str]) -> Dict[str, Any]:
         if raw is None:
             mark_unavailable(driver, key, "absent", "not in nvidia-smi output")
             continue
-        value, reason = convert(raw, to_text)
+        value, reason = convert(raw, to_version)
         if reason is not None:
             mark_unavailable(driver, key, reason.kind, reason.detail)
         else:
@@ -756,11 +764,17 @@ def build_driver(version: Optional[str], cuda: Optional[str]) -> Dict[str, Any]:
     return driver
 
 
+MAX_ATTACHED = 256  # GPUs one node can hold; a larger count is garbled evidence
+
+
 def attached_count(raw: Optional[str]) -> Optional[int]:
-    """`attached_gpus` / "Attached GPUs" as an int, None if missing or unreadable."""
+    """`attached_gpus` / "Attached GPUs" as an int, None if missing; a count no node has is
+    a ParseError (every GPU check would be judged for each of its slots)."""
     if raw is None:
         return None
     value, _ = convert(raw, to_count)
+    if value is not None and value > MAX_ATTACHED:
+        raise ParseError(f"Attached GPUs {value} is more than a node holds ({MAX_ATTACHED})")
     return value
 
 

@@ -213,6 +213,20 @@ def _raw_gpu(gpu: _Node, bus_id: str) -> RawGpu:
     return RawGpu(fields, ecc, retired, remapped, _clock_reasons(gpu), _processes(gpu))
 
 
+def _one_gpu(gpu: _Node) -> None:
+    """A GPU section prints each of its parts once: a second one means the section swallowed
+    the next GPU's, whose header line was lost (its faults would be read as this GPU's)."""
+    seen: Dict[str, int] = {}
+    for child in gpu.children:
+        key = norm(child.key)
+        if key in seen:
+            raise ParseError(
+                f"line {child.line}: a second {child.key[:60]!r} in the GPU section of line "
+                f"{gpu.line} (first at line {seen[key]}): a 'GPU <bus id>' line lost?"
+            )
+        seen[key] = child.line
+
+
 def parse(text: str) -> Dict[str, Any]:
     """Facts fragment (driver, gpu_count, gpus, errors) from `nvidia-smi -q` text.
 
@@ -228,7 +242,13 @@ def parse(text: str) -> Dict[str, Any]:
     for child in root.children:
         match = _GPU_HEADER.match(child.key) if child.value is None else None
         if match:
+            _one_gpu(child)
             blocks.append((child, match.group("bus")))
+        elif child.children:  # nvidia-smi indents nothing below its top lines but GPU headers
+            raise ParseError(
+                f"line {child.line}: {child.key[:60]!r} holds an indented block but is not a "
+                "'GPU <bus id>' header (garbled?)"
+            )
     if "driverversion" not in header and not blocks:
         lines = text.splitlines()
         number = first_line or 1

@@ -63,13 +63,20 @@ _FIELDS: Dict[str, Tuple[str, ...]] = {
 }
 
 
-def _leaves(elem: ElementTree.Element, prefix: str = "") -> Dict[str, str]:
+# nvidia-smi nests at most 5 levels below <gpu>; deeper is not its output (and the walk below
+# must not recurse without bound).
+_MAX_DEPTH = 32
+
+
+def _leaves(elem: ElementTree.Element, prefix: str = "", depth: int = 0) -> Dict[str, str]:
     """{"a/b": text} for every leaf below elem; the first of repeated paths wins."""
+    if depth > _MAX_DEPTH:
+        raise ParseError(f"<{elem.tag}> is nested more than {_MAX_DEPTH} levels deep")
     out: Dict[str, str] = {}
     for child in elem:
         path = f"{prefix}{child.tag}"
         if len(child):
-            for key, value in _leaves(child, f"{path}/").items():
+            for key, value in _leaves(child, f"{path}/", depth + 1).items():
                 out.setdefault(key, value)
         else:
             out.setdefault(path, (child.text or "").strip())

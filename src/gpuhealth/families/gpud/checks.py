@@ -132,6 +132,17 @@ def gpud_events(node: NodeView) -> Result:
             "read the attached events and act on the component they name; gpud_health says "
             "whether it is still unhealthy",
         )
+    untyped = [e for e in events if not e.get("unknown") and e.get("type") is None]
+    if untyped:
+        shown = [
+            f"{e['component']}: type {e.get('printed_type')!r} {e.get('name') or ''}".strip()
+            for e in untyped[:5]
+        ]
+        return warned(
+            f"{len(untyped)} GPUd events of unknown severity{since}: {'; '.join(shown)}",
+            Action.INSPECT,
+            "read the attached events: an event whose type cannot be read may be critical",
+        )
     unknown = sorted({e["component"] for e in events if e.get("unknown")})
     listed = {e["component"] for e in events if not e.get("unknown")}
     if unknown:

@@ -29,6 +29,9 @@ def _items(doc: Any) -> List[Dict[str, Any]]:
     return [item for item in items if isinstance(item, dict)]
 
 
+_EVENT_TYPES = {name.lower(): name for name in ("Info", "Warning", "Critical", "Fatal")}
+
+
 def kind(doc: Any) -> Optional[str]:
     """Which GPUd response (or part of one) this is: "states", "events", or None."""
     items = _items(doc)
@@ -56,7 +59,7 @@ def _nested(item: Dict[str, Any], key: str, component: str) -> Optional[List[Dic
     if key not in item:
         return [item]
     nested = item[key]
-    if nested is None:
+    if nested is None or (key == "states" and nested == []):  # a component is never stateless
         return None
     if not isinstance(nested, list) or not all(isinstance(n, dict) for n in nested):
         raise ParseError(f"GPUd component {component!r}: {key} is not a list of objects")
@@ -93,7 +96,7 @@ def states(doc: Any) -> List[Dict[str, Any]]:
                     "component": component,
                     "name": None,
                     "health": None,
-                    "reason": "GPUd gave no state (null)",
+                    "reason": "GPUd gave no state (null or [])",
                     "error": None,
                     "repair_actions": [],
                     "description": None,
@@ -135,14 +138,18 @@ def events(doc: Any) -> List[Dict[str, Any]]:
         if nested is None:
             flat.append({"component": component, "type": None, "unknown": True})
             continue
-        flat.extend(
-            {
+        for event in nested:
+            printed = _text(event.get("type"))
+            # GPUd's types, in any case; any other (or none) is an event of unknown severity.
+            known = _EVENT_TYPES.get((printed or "").lower())
+            entry = {
                 "component": str(event.get("component") or component),
                 "time": _text(event.get("time")),
                 "name": _text(event.get("name")),
-                "type": _text(event.get("type")),
+                "type": known,
                 "message": _text(event.get("message")),
             }
-            for event in nested
-        )
+            if known is None:
+                entry["printed_type"] = printed
+            flat.append(entry)
     return flat

@@ -270,7 +270,15 @@ def fabric_manager(node: NodeView) -> Result:
         return skipped(f"no fabric manager log at {log.get('log')} (no NVSwitch here?)")
     _need_log(log, f"the fabric manager log {log.get('log') or ''}".rstrip())
     window = _Window(node, log)
-    found: list[Found] = []
+    found: list[Found] = [
+        (
+            FAIL,
+            _describe(group, "fabric manager entries that cannot be read"),
+            Action.INSPECT,
+            "read the entries in the log: a garbled level or date may hide a fatal error",
+        )
+        for group in window.groups(("unreadable",))
+    ]
     for group in window.groups(("fabric_manager",)):
         code = f" {group['code']}" if group["code"] is not None else ""
         where = f" on NVSwitch {group['bus_id']}" if group["bus_id"] else ""

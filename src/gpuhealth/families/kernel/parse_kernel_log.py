@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from gpuhealth.parsing import ParseError
 
 _SKEW_S = 86400  # a node's clock may run ahead of the controller's; more is not a real time
+_MAX_UPTIME_S = 10 * 365 * 86400  # no node runs ten years without a reboot
 _MONTHS = {
     name: number
     for number, name in enumerate(
@@ -65,7 +66,9 @@ _XID_RE = re.compile(
 _SXID_RE = re.compile(
     r"(nvidia-nvswitch\d+): SXid \(PCI:([0-9A-Fa-f:.]+)\): (\d{1,18}), (Fatal|Non-fatal), ?(.*)"
 )
-_PEERMEM_RE = re.compile(r"nvidia-peermem\b.*\bERROR\b")
+# nvidia-peermem errors: the word ERROR after the module's name, searched once from the first
+# mention (`nvidia-peermem\b.*\bERROR\b` rescans the line from every mention).
+_ERROR_WORD_RE = re.compile(r"\bERROR\b")
 _MENTIONS_XID_RE = re.compile(r"NVRM: Xid|SXid \(")
 # The lines that follow an SXID and repeat it with its details (not a report of their own).
 _SXID_DETAIL_RE = re.compile(r"SXid \(PCI:[0-9A-Fa-f:.]{1,40}\): \d{1,18}, (?:Severity \d|Data \{)")
@@ -73,6 +76,7 @@ _SXID_DETAIL_RE = re.compile(r"SXid \(PCI:[0-9A-Fa-f:.]{1,40}\): \d{1,18}, (?:Se
 _FM_RE = re.compile(
     r"\[(\w{3}) (\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\] \[([A-Z]+)\] (?:\[tid \d+\] )?(.*)"
 )
+_FM_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL")
 _FM_CODE_RE = re.compile(r"error (\d{1,18})")
 _FM_BUS_RE = re.compile(r"pci bus id ([0-9A-Fa-f:.]+)")
 
@@ -226,7 +230,8 @@ def _event(message: str) -> Optional[Dict[str, Any]]:
             "device": device,
             "text": text.strip(),
         }
-    if _PEERMEM_RE.search(message):
+    peermem = message.find("nvidia-peermem")
+    if peermem >= 0 and _ERROR_WORD_RE.search(message, peermem):
         return {"kind": "peermem", "text": message.strip()}
     if _MENTIONS_XID_RE.search(message) and not _SXID_DETAIL_RE.search(message):
         # An XID or SXID report that cannot be read is still one: never skipped as noise.
@@ -262,8 +267,9 @@ def parse(text: str, now: Optional[float] = None) -> Dict[str, Any]:
 
     The log ends at its last line, not at its largest timestamp: a kernel log is written in
     order, so one absurd stamp (a later year) cannot move a saved log's window past every real
-    event. A time after `now` (plus a day of clock skew) cannot be the end either; such lines
-    are counted in `future_lines` and their events kept.
+    event. A time after `now` (plus a day of clock skew), or an uptime of more than ten years,
+    cannot be the end either; such lines are counted in `future_lines` and their events kept,
+    as are the events of lines whose timestamp cannot be read (with no time).
     """
     now = time.time() if now is None else now
     events: List[Dict[str, Any]] = []
@@ -278,16 +284,21 @@ def parse(text: str, now: Optional[float] = None) -> Dict[str, Any]:
         found = _split_line(line, now)
         if found is None:
             first_unknown = first_unknown or (number, line)
-            continue
+            # A report whose timestamp is garbled is still a report: kept with no time.
+            found = ("", None, None, line)
         name, when, uptime, message = found
-        formats[name] = formats.get(name, 0) + 1
+        if name:
+            formats[name] = formats.get(name, 0) + 1
         if when is not None:
             if epoch(when) > now + _SKEW_S:
                 future += 1
             else:
                 newest = when
         if uptime is not None:
-            newest_uptime = uptime
+            if uptime > _MAX_UPTIME_S:
+                future += 1
+            else:
+                newest_uptime = uptime
         event = _event(message)
         if event is not None:
             events.append({**event, "time": when, "uptime_s": uptime})
@@ -319,22 +330,27 @@ def parse_fabric_manager(text: str) -> Dict[str, Any]:
     events: List[Dict[str, Any]] = []
     newest: Optional[str] = None
     first = None
+    entries = 0
     for number, line in enumerate(_lines(text), 1):
         match = _FM_RE.fullmatch(line)
         if match is None:
             first = first or (number, line)
             continue
+        entries += 1
         month, day, year, hour, minute, second, level, message = match.groups()
-        if month not in _MONTHS:
-            continue
         try:
-            when = _civil(int(year), _MONTHS[month], int(day), int(hour), int(minute), int(second))
-        except (ValueError, OverflowError):  # no such date: not an FM line
-            first = first or (number, line)
-            continue
-        if epoch(when) <= time.time() + _SKEW_S:
+            number_of = _MONTHS[month]
+            when: Optional[str] = _civil(
+                int(year), number_of, int(day), int(hour), int(minute), int(second)
+            )
+        except (KeyError, ValueError, OverflowError):  # a garbled date: the entry still counts
+            when = None
+        if when is not None and epoch(when) <= time.time() + _SKEW_S:
             newest = when  # the log's last line ends it (see parse)
-        if level not in ("ERROR", "FATAL"):
+        if level not in _FM_LEVELS:  # a garbled level may hide an error
+            events.append({"kind": "unreadable", "time": when, "uptime_s": None, "text": line})
+            continue
+        if level not in ("ERROR", "FATAL", "CRITICAL"):
             continue
         lowered = message.lower()
         code = _FM_CODE_RE.search(message)
@@ -346,12 +362,12 @@ def parse_fabric_manager(text: str) -> Dict[str, Any]:
                 "uptime_s": None,
                 "code": int(code.group(1)) if code else None,
                 "bus_id": bus_id(bus.group(1)) if bus else None,
-                "fatal": level == "FATAL"
+                "fatal": level in ("FATAL", "CRITICAL")
                 or ("fatal error" in lowered and "non-fatal" not in lowered),
                 "text": message.strip(),
             }
         )
-    if newest is None and first is not None:
+    if not entries and first is not None:
         raise ParseError(f"line {first[0]}: not a fabric manager log line: {first[1][:120]!r}")
     return {"format": "nvidia-fabricmanager log", "events": events, "newest": newest}
 

@@ -180,6 +180,10 @@ def nccl_data_integrity(node: NodeView) -> Result:
         problems.append(f"#wrong {', '.join(wrong[:6])}{' ...' if len(wrong) > 6 else ''}")
     if oob.get("count") or oob.get("ok") is False:
         problems.append(f"Out of bounds values: {oob.get('count')} FAILED")
+    problems += [f"the log says FAILED: {line!r}" for line in run.get("failed_lines") or []]
+    mixed = _lone_not_validated(run["rows"])
+    if mixed:
+        problems.append(f"#wrong N/A {mixed} where the other sizes were validated (garbled?)")
     if problems:
         return failed(f"data corruption: {'; '.join(problems)}", Action.DRAIN, _CORRUPTION_ACTION)
     gap = run.get("sweep_gap")
@@ -205,11 +209,14 @@ def nccl_data_integrity(node: NodeView) -> Result:
             Action.RERUN,
             "read the attached log (a run killed half-way, or a cut-off file); re-run the sweep",
         )
-    if run.get("sweep_complete") is None and not oob:
-        return skipped(
-            "not evaluated: the log shows neither its sweep (no '# nThread' header) nor its end "
-            "(no 'Out of bounds values' line), so rows may be missing from it"
+    if not oob:
+        text = (
+            "the log has no 'Out of bounds values' line: it may have been cut after its last "
+            "row, and the out-of-bounds check is its verdict"
         )
+        if node.from_evidence:
+            return skipped(f"not evaluated: {text}")
+        return failed(text, Action.RERUN, "read the attached log; re-run the sweep")
     legacy = any("max_error" in (row.get("out_of_place") or {}) for row in run["rows"])
     if not checked and legacy and oob.get("ok") is True:
         # Before 2.10 nccl-tests had no #wrong count: the out-of-bounds line is the verdict.
@@ -228,6 +235,26 @@ def nccl_data_integrity(node: NodeView) -> Result:
     if exit_note:
         return failed(exit_note, Action.RERUN, "read the attached log")
     return passed(checked_by)
+
+
+def _lone_not_validated(rows: list[dict[str, Any]]) -> str:
+    """Where #wrong is N/A in a column whose other rows have counts ("at 1 GiB in-place"):
+    nccl-tests leaves a whole column unvalidated (-c 0, in-place alltoall), never one row."""
+    found = []
+    for place in ("out_of_place", "in_place"):
+        marks = [((row.get(place) or {}).get("wrong"), row["size"]) for row in rows]
+        if any(count is not None for count, _ in marks):
+            found += [
+                f"at {size_text(size)} {place.replace('_', '-')}"
+                for count, size in marks
+                if count is None and row_has(rows, size, place)
+            ]
+    return ", ".join(found[:4])
+
+
+def row_has(rows: list[dict[str, Any]], size: int, place: str) -> bool:
+    """Whether the row of `size` has a `place` record at all (in-place may be absent)."""
+    return any(row["size"] == size and row.get(place) is not None for row in rows)
 
 
 def set_node_count(facts: dict[str, Any], nodes: int | None) -> None:

@@ -49,6 +49,7 @@ _STEP = re.compile(r"step:\s*(\d{1,18})\s*\((factor|bytes)\)")
 _REDUCED = re.compile(r"Reducing maxBytes to (\d{1,18})")
 _OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d{1,18})\s*(OK|FAILED)?\s*$", re.I)
 _AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(\S+)\s*(OK|FAILED)?\s*$", re.I)
+_FAILED = re.compile(r"\bFAILED\b")
 _FOOTER = re.compile(r"^#?\s*(Out of bounds values|Avg bus bandwidth)\b", re.I)
 _BINARY = re.compile(r"\b([a-z]+(?:_[a-z]+)*)_perf(?:_mpi)?\b")
 _NCCL_VERSION = re.compile(r"\bNCCL version (\S+)")
@@ -129,13 +130,22 @@ def _row(tokens: List[str], columns: List[str], number: int, line: str) -> Dict[
 
 
 def _columns(header: str, number: int) -> List[str]:
+    """The column names of the table: size count type [redop] [root], then one or two places
+    (out-of-place, in-place), each `time algbw busbw` and `#wrong` (or, before 2.10, `error`)."""
     names = header.lstrip("#").split()
-    if names[:3] != ["size", "count", "type"] or "time" not in names:
-        raise ParseError(f"line {number}: unknown nccl-tests column header: {header.strip()!r}")
-    known = set(_LEADING) | set(_PER_PLACE) | {"error"}
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ParseError(f"line {number}: unknown nccl-tests columns {unknown}: {header!r}")
+    leading = 3 + sum(1 for n in names[3:5] if n in ("redop", "root"))
+    places = " ".join(names[leading:]).replace("time", "|time").split("|")[1:]
+    shapes = ("time algbw busbw #wrong", "time algbw busbw error", "time algbw busbw")
+    if (
+        names[:3] != ["size", "count", "type"]
+        or names[3:leading] not in (["redop", "root"], ["redop"], ["root"], [])
+        or not 1 <= len(places) <= 2
+        or any(place.strip() not in shapes for place in places)
+        or " ".join(names[leading:]).split("time")[0].strip()
+    ):
+        raise ParseError(
+            f"line {number}: unknown nccl-tests column header: {header.strip()[:200]!r}"
+        )
     return names
 
 
@@ -237,6 +247,7 @@ def parse(text: str) -> Dict[str, Any]:
     reduced = None
     cut_after = -1  # the number of rows before the last `...`; rows_elided: rows follow it
     rows_elided = False
+    failed_lines: List[str] = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = _strip_prefix(raw.rstrip())
         stripped = line.strip()
@@ -247,6 +258,8 @@ def parse(text: str) -> Dict[str, Any]:
             cut_after = len(rows) if rows else cut_after
             continue
         body = stripped.lstrip("#").strip()
+        if _FAILED.search(stripped) and not _OOB.match(stripped) and not _AVG.match(stripped):
+            failed_lines.append(stripped[:200])  # a verdict in a line that cannot be read
         if _FOOTER.match(stripped):
             oob = _OOB.match(stripped)
             avg_match = _AVG.match(stripped)
@@ -326,6 +339,7 @@ def parse(text: str) -> Dict[str, Any]:
         "sweep_gap": _sweep_gap(header, rows),
         "elided": elided,
         "rows_elided": rows_elided,
+        "failed_lines": failed_lines[:5],
         "out_of_bounds": out_of_bounds,
         "avg_busbw_gbps": avg,
         "avg_ok": avg_ok,

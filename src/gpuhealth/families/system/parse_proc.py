@@ -48,6 +48,9 @@ def modules(text: str) -> List[Dict[str, str]]:
     return found
 
 
+MAX_CPUS = 65536  # the kernel's NR_CPUS ceiling (8192 on x86_64); a list past it is garbled
+
+
 def cpulist(text: str) -> List[int]:
     """A kernel cpu/node list such as "0-55,112-167" as sorted numbers; "" is no CPU."""
     result: Set[int] = set()
@@ -57,11 +60,13 @@ def cpulist(text: str) -> List[int]:
     for part in text.split(","):
         match = re.fullmatch(r"(\d{1,18})(?:-(\d{1,18}))?", part.strip())
         if not match:
-            raise ParseError(f"cpu list {text!r}: cannot read {part!r}")
+            raise ParseError(f"cpu list {text[:80]!r}: cannot read {part[:40]!r}")
         low = int(match.group(1))
         high = int(match.group(2) or low)
         if high < low:
-            raise ParseError(f"cpu list {text!r}: range {part!r} runs backwards")
+            raise ParseError(f"cpu list {text[:80]!r}: range {part!r} runs backwards")
+        if high >= MAX_CPUS:
+            raise ParseError(f"cpu list {text[:80]!r}: CPU {high} is beyond any machine's")
         result.update(range(low, high + 1))
     return sorted(result)
 
