@@ -48,3 +48,16 @@ def test_a_host_no_check_judged_is_not_checked_never_pass():
 def test_gpu_ranges():
     assert gpu_ranges([5, 0, 1, 2, 3, 3]) == "gpu0-3, gpu5"
     assert gpu_ranges([7]) == "gpu7"
+
+
+def test_the_driver_gate_comes_before_what_it_explains():
+    book = VerdictBook()
+    book.add(outcome("recovery_action", "FAIL", 0, "recovery action not supported", "FIX_CONFIG"))
+    book.add(outcome("efa_device_count", "FAIL", None, "no EFA device", "INSPECT"))
+    book.add(outcome("driver_version", "FAIL", None, "driver 560 < 570", "FIX_CONFIG"))
+    (node,) = book.finish()
+    assert [r.split(": ", 1)[1] for r in node.reasons] == [
+        "driver 560 < 570 [driver_version]",
+        "recovery action not supported [recovery_action]",
+        "no EFA device [efa_device_count]",
+    ]

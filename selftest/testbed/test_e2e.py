@@ -215,6 +215,10 @@ def _gpu_of(test_name: str, host: str) -> int | None:
 
 
 def test_failure_messages_name_what_was_found(run):
+    reasons = run.suite.verdicts["nodes"]["dgx-gpu3"]["reasons"]
+    # The cause first (the driver gate), and one reason for what all its GPUs share.
+    assert "driver 560.35.03 is older than the required 570" in reasons[0]
+    assert any(r.startswith("dgx-gpu3 gpu0-6: GPU recovery action not supported") for r in reasons)
     messages = run.suite.messages()
     assert "volatile uncorrected ECC errors 2 > 0" in messages["test_ecc_errors[n2-gpu3]"]
     assert "GPU recovery action is GPU_RESET (1)" in messages["test_recovery_action[n2-gpu5]"]

@@ -25,15 +25,18 @@ UNKNOWN_GPU_SLOTS = 8
 # The report group of a check (its Allure suite) and how early its findings come in a node's
 # reasons: hardware and driver first, then fabric and storage, then configuration and software.
 GROUP_RANKS = {
-    "errors": 0,
-    "memory": 0,
-    "thermal": 0,
-    "power": 0,
-    "pcie": 0,
-    "nvlink": 0,
-    "dcgm": 0,
-    "driver": 1,
-    "inventory": 1,
+    # The driver gate and the GPU inventory first: a wrong driver or a lost GPU explains
+    # most of what else fails on the node.
+    "driver": 0,
+    "inventory": 0,
+    # Then the GPUs' hardware health.
+    "errors": 1,
+    "memory": 1,
+    "thermal": 1,
+    "power": 1,
+    "pcie": 1,
+    "nvlink": 1,
+    "dcgm": 1,
     "gpud": 1,
     "fabric": 2,
     "storage": 2,
