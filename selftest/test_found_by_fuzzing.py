@@ -394,3 +394,23 @@ def test_a_dcgm_category_without_its_tests_is_refused():
 def test_a_lost_gpu_header_is_an_error_not_a_renumbered_fleet(old, new, message):
     with pytest.raises(ParseError, match=re.escape(message)):
         parse_smi_text.parse(H100_TEXT.replace(old, new, 1))
+
+
+def test_a_slowdown_point_printed_as_an_offset_is_never_declared_absent():
+    """T.Limit N/A beside a printed slowdown offset: the GPU has the point, it is unknown."""
+    line = "        GPU T.Limit Temp                  : 56 C\n"
+    assert line in H100_TEXT
+    doc = parse_smi_text.parse(H100_TEXT.replace(line, line.replace("56 C", "N/A"), 1))
+    gpu = doc["gpus"][0]
+    assert gpu["temp_slowdown_c"] is None
+    assert gpu["unavailable"]["temp_slowdown_c"]["kind"] == "error"
+    result = judge("temperature", {**doc, "source": "evidence-file"}, 0)
+    assert result.status.value == "FAIL" and "the GPU's slowdown temperature" in result.text
+
+
+def test_a_label_no_nvidia_smi_prints_is_refused_before_paths_repeat_it():
+    text = H100_TEXT.replace(
+        "    Product Name", "    " + "L" * 100_000 + "\n        x : 1\n    Product Name", 1
+    )
+    with pytest.raises(ParseError, match="a label of 100000 characters"):
+        parse_smi_text.parse(text)

@@ -558,14 +558,23 @@ def test_cleared_sample_passes_throttle_and_ecc():
             "FAIL",
             "could not read clock event reason hw_slowdown: nvidia-smi: no line for hw_slowdown",
         ),
+        # Every GPU has HW Slowdown: N/A for it among readings is garbled, not unsupported.
         (
             "        HW Slowdown                       : Not Active\n",
             "        HW Slowdown                       : N/A\n",
+            "FAIL",
+            "could not read clock event reason hw_slowdown: nvidia-smi: N/A for hw_slowdown",
+        ),
+        # Boards without the power brake signal print N/A for it.
+        (
+            "            HW Power Brake Slowdown       : Not Active\n",
+            "            HW Power Brake Slowdown       : N/A\n",
             "SKIP",
-            "clock event reason hw_slowdown not supported here (nvidia-smi: N/A for hw_slowdown)",
+            "clock event reason hw_power_brake_slowdown not supported here (nvidia-smi: N/A for "
+            "hw_power_brake_slowdown)",
         ),
     ],
-    ids=["line-missing", "n/a"],
+    ids=["line-missing", "n/a-hw-slowdown", "n/a-power-brake"],
 )
 def test_unknown_clock_reason_is_never_not_active(line, replacement, status, message):
     text = healthy_text()

@@ -404,10 +404,13 @@ class _Builder:
             else:
                 lacking = margin_reason or temp_reason or self.missing
                 what = "T.Limit margin" if margin is None else "current temperature"
+                # The GPU has the threshold (it printed the offset): not "not supported", just
+                # not computable from this output; only evidence that lacks a line is absent.
+                kind = "absent" if lacking.kind == "absent" else "error"
                 self.unavailable(
                     key,
                     Unavailable(
-                        lacking.kind,
+                        kind,
                         f"threshold given as T.Limit offset {offset} C, but the "
                         f"{what} is unavailable ({lacking.detail})",
                     ),
@@ -577,9 +580,12 @@ class _Builder:
             return
         reasons = clock_reasons(active)
         # A reason nvidia-smi did not print, or printed as N/A, is unknown, not "Not Active".
+        # Boards without a reason print N/A for it (Sync Boost, ...), but every GPU has the
+        # HW Slowdown reason: N/A for it among readings is garbled output.
         for name in CLOCK_REASON_BITS:
             if name not in read:
-                kind = "not_supported" if name in not_supported else "error"
+                na = name in not_supported and name != "hw_slowdown"
+                kind = "not_supported" if na else "error"
                 printed = "N/A" if name in not_supported else "no line"
                 reasons["unavailable"][name] = why(kind, f"nvidia-smi: {printed} for {name}")
         self.gpu["clock_event_reasons"] = reasons

@@ -29,6 +29,7 @@ _BEFORE_COLON = re.compile(r"\s:")
 # nvidia-smi nests at most 5 levels (GPU > ECC Errors > Volatile > SRAM ...): far deeper is
 # not its output, and the tree walks must not recurse without bound.
 _MAX_DEPTH = 32
+_MAX_LABEL = 200  # nvidia-smi's longest labels are under 50 characters
 _GPU_HEADER = re.compile(
     r"^GPU\s+(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])$"
 )
@@ -128,6 +129,10 @@ def _tree(text: str) -> Tuple[_Node, Optional[int]]:
             first_line = number
         indent = len(line) - len(line.lstrip(" "))
         key, value = _key_value(content)
+        if len(key) > _MAX_LABEL:  # every path below it would repeat it (quadratic)
+            raise ParseError(
+                f"line {number}: a label of {len(key)} characters, which nvidia-smi -q never prints"
+            )
         node = _Node(key, value, number, indent)
         while stack[-1].indent >= indent:
             stack.pop()
