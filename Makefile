@@ -48,6 +48,7 @@ report: $(TOOLS)/node_modules/.bin/allure
 	@if [ -d $(REPORTS)/allure-results ]; then \
 	  rm -rf $(REPORTS)/allure-report && \
 	  $(TOOLS)/node_modules/.bin/allure awesome $(REPORTS)/allure-results \
+	    --config $(CURDIR)/allurerc.json \
 	    -o $(REPORTS)/allure-report --single-file --report-name gpuhealth \
 	    --group-by parentSuite,suite,subSuite >/dev/null && \
 	  echo "HTML report: $(abspath $(REPORTS))/allure-report/index.html"; \

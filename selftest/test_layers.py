@@ -114,6 +114,9 @@ RUNNING = (  # what probes, launches, schedules and reports
     "gpuhealth.families.nccl.fleet",
     "gpuhealth.targets",
     "gpuhealth.report",
+    "gpuhealth.reporter",
+    "gpuhealth.allure_results",
+    "gpuhealth.allure_writer",
     "gpuhealth.cli",
 )
 

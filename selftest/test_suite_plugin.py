@@ -104,6 +104,17 @@ def test_xdist_gives_the_same_outcomes(tmp_path):
     assert parallel.outcomes() == serial.outcomes()
     assert parallel.verdicts["nodes"] == serial.verdicts["nodes"]
 
+    def allure(run):  # name -> status, labels and attachment names (written by the workers)
+        found = {}
+        for path in (run.reports / "allure-results").glob("*-result.json"):
+            doc = json.loads(path.read_text())
+            names = sorted(a["name"] for a in doc.get("attachments", []))
+            found[doc["name"]] = (doc["status"], sorted(map(str, doc["labels"])), names)
+            assert all((path.parent / a["source"]).is_file() for a in doc.get("attachments", []))
+        return found
+
+    assert allure(parallel) == allure(serial)
+
 
 @pytest.mark.suite
 def test_soft_limit_gives_warn_without_failing_the_run(tmp_path):

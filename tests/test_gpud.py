@@ -18,7 +18,7 @@ def test_gpud_health(node):
     states = (node.view.facts.get("gpud") or {}).get("states") or []
     unhealthy = [s for s in states if s["health"] != HEALTHY]
     if unhealthy:
-        attach_json(f"gpud unhealthy states {node.view.host}.json", unhealthy)
+        attach_json(node, f"gpud unhealthy states {node.view.host}.json", unhealthy)
     judge("gpud_health", node)
 
 
@@ -27,5 +27,5 @@ def test_gpud_events(node):
     section = node.view.facts.get("gpud_events") or {}
     critical = critical_events(section)
     if critical:
-        attach_json(f"gpud critical events {node.view.host}.json", critical)
+        attach_json(node, f"gpud critical events {node.view.host}.json", critical)
     judge("gpud_events", node)

@@ -23,21 +23,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import allure
 import pytest
 
 from gpuhealth import registry
 from gpuhealth import report as reporting
 from gpuhealth.active import LEVELS, level_allows
 from gpuhealth.active.runner import ActiveContext, Outcome, Run, run_on
-from gpuhealth.checks import Finding, NodeView, evaluate
+from gpuhealth.allure_results import AllureResults
+from gpuhealth.checks import NodeView, evaluate
 from gpuhealth.config import ConfigError, Profile, ProfileSet, resolve_limits
 from gpuhealth.documents import FactsError, load_facts
+from gpuhealth.reporter import Reporter
 from gpuhealth.results import Status
 from gpuhealth.targets import Target, live_targets, offline_targets
 from gpuhealth.transport import ProbeError, run_probe
 
 _STATE = pytest.StashKey["RunState"]()
+_RECORD = pytest.StashKey[dict[str, Any]]()
 # Options only the health suite has: giving one makes the run a gpuhealth run.
 _OWN_OPTIONS = (
     "facts",
@@ -124,6 +126,7 @@ class RunState:
     profiles: ProfileSet
     verdicts: Path
     facts_dir: Path
+    allure: AllureResults | None = None
     book: reporting.VerdictBook = field(default_factory=reporting.VerdictBook)
 
     @property
@@ -158,17 +161,45 @@ class RunState:
         self, target: Target, name: str, command: str, timeout_s: float, locked: bool = False
     ) -> Outcome:
         """Run a load test on a host (under the shared load lock, unless the caller holds the
-        exclusive one: `locked`), keep its output and attach it."""
+        exclusive one: `locked`) and keep its output."""
         if locked:
             outcome = run_on(target.host, command, timeout_s)
         else:
             with self.load_lock(exclusive=False):
                 outcome = run_on(target.host, command, timeout_s)
         self.keep(target.name, name, outcome)
-        allure.attach(
-            redact(outcome.log), name=f"{name}.log", attachment_type=allure.attachment_type.TEXT
-        )
         return outcome
+
+    def attach(self, item: pytest.Item, name: str, body: str, kind: str) -> dict[str, str] | None:
+        """Attach evidence to a test's Allure result (written now, listed when the test ends);
+        the reference, to list the same file on other tests, or None without --alluredir."""
+        if self.allure is None:
+            return None
+        ref = self.allure.attach(body, name, kind)
+        record(item).setdefault("attachments", []).append(ref)
+        return ref
+
+
+def record(item: pytest.Item) -> dict[str, Any]:
+    """What a test tells the controller's Reporter: host, GPU, the finding, attachments.
+
+    It travels on each of the test's reports as `report.gpuhealth` (xdist carries report
+    attributes to the controller), not as user properties: those are copied into every
+    JUnit test case, which at fleet scale costs more than judging the test.
+    """
+    found = item.stash.get(_RECORD, None)
+    if found is None:
+        found = item.stash[_RECORD] = {}
+    return found
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    found = item.stash.get(_RECORD, None)
+    if found is not None:
+        report.gpuhealth = dict(found)
+    return report
 
 
 def redact(text: str) -> str:
@@ -292,12 +323,47 @@ def pytest_configure(config: pytest.Config) -> None:
         profiles=profiles,
         verdicts=Path(config.option.verdicts or reports / "verdicts.json"),
         facts_dir=Path(config.option.save_facts or reports / "facts"),
+        allure=_take_over_allure(config),
     )
     if not _is_worker(config):
-        config.pluginmanager.register(Reporter(config), "gpuhealth-reporter")
+        config.pluginmanager.register(Reporter(config.stash[_STATE]), "gpuhealth-reporter")
         if config.pluginmanager.hasplugin("xdist"):
             groups = host_groups(targets)
             config.pluginmanager.register(XdistHostScheduling(groups), "gpuhealth-xdist")
+
+
+def _take_over_allure(config: pytest.Config) -> AllureResults | None:
+    """The run's Allure results folder, written by gpuhealth (allure_results explains why):
+    allure-pytest keeps its options (`--alluredir`, `--clean-alluredir`) but, with its report
+    folder taken away before its own pytest_configure runs, registers no listener."""
+    folder = getattr(config.option, "allure_report_dir", None)
+    if not folder:
+        return None
+    config.option.allure_report_dir = None
+    if config.option.collectonly:
+        return None
+    worker = _is_worker(config)
+    clean = bool(config.option.clean_alluredir) and not worker
+    path = config.invocation_params.dir / folder
+    try:
+        return AllureResults(path, clean, background=not worker)
+    except OSError as exc:
+        raise pytest.UsageError(
+            f"gpuhealth: cannot write Allure results to {path}: {exc}"
+        ) from None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Every Allure file written before the process ends (a worker hands the controller
+    what it could not write)."""
+    state = session.config.stash.get(_STATE, None)
+    if state is None or state.allure is None:
+        return
+    problem = state.allure.close()
+    output = getattr(session.config, "workeroutput", None)
+    if problem and output is not None:
+        output["gpuhealth_allure"] = problem
 
 
 # ---------------------------------------------------------------- parametrisation
@@ -372,16 +438,34 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep only the GPU slots each host has (hosts of one run may expect different counts)."""
+    """Keep only the GPU slots each host has (hosts of one run may expect different counts),
+    and label every test with its host (and GPU) before anything can fail."""
     state = config.stash.get(_STATE, None)
     if state is None:
         return
     kept = []
     for item in items:
         found = _labels_of(item)
-        if found is None or found[1] is None or found[1] < state.targets[found[0]].gpu_slots:
-            kept.append(item)
+        if found is not None:
+            host, index = found
+            if index is not None:
+                if index >= state.targets[host].gpu_slots:
+                    continue
+                record(item)["gpu"] = index
+            record(item)["host"] = host
+        kept.append(item)
     items[:] = kept
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip an active check (marked `level`) below its level, before its host is probed."""
+    if _STATE not in item.config.stash:
+        return
+    marker = item.get_closest_marker("level")
+    current = item.config.option.level
+    if marker is not None and not level_allows(current, marker.args[0]):
+        pytest.skip(f"not run at level {current} (use --level {marker.args[0]})")
 
 
 # ---------------------------------------------------------------- fixtures
@@ -397,8 +481,19 @@ class HostState:
     failure: ProbeError | FactsError | None
     state: RunState
     active: dict[str, Run] = field(default_factory=dict)
+    evidence: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     attached: bool = False
     _limits: dict[str | None, Profile] = field(default_factory=dict)
+    _view: NodeView | None = None
+
+    def view(self) -> NodeView:
+        """The host's facts with its limits, as every check of the host sees them."""
+        if self._view is None:
+            facts = self.facts or {}
+            gpus = facts.get("gpus") or []
+            first = next((g.get("name") for g in gpus if g.get("name")), None)
+            self._view = NodeView(self.target.name, facts, self.limits(first))
+        return self._view
 
     def limits(self, product_name: str | None) -> Profile:
         """The host's limits (profile matched by the GPUs' name when the inventory names none)."""
@@ -447,21 +542,15 @@ def _subject(request: pytest.FixtureRequest, host: HostState, index: int | None)
     if host.failure is not None:
         failure = host.failure
         unreachable = isinstance(failure, ProbeError) and failure.unreachable
-        key = "gpuhealth.unreachable" if unreachable else "gpuhealth.error"
-        item.user_properties.append((key, str(failure)))
+        record(item)["unreachable" if unreachable else "error"] = str(failure)
         # A fresh, short exception per test: the probe's traceback helps nobody 100 times over.
         if isinstance(failure, ProbeError):
             raise ProbeError(str(failure), failure.unreachable) from None
         raise FactsError(str(failure)) from None
-    facts = host.facts or {}
-    first = next((g.get("name") for g in facts.get("gpus") or [] if g.get("name")), None)
-    view = NodeView(host.target.name, facts, host.limits(first))
+    view = host.view()
     if view.no_nvidia and not view.expected_gpus:
-        item.user_properties.append(
-            (
-                "gpuhealth.note",
-                f"no NVIDIA GPU/driver on {view.host}; none expected, GPU checks skipped",
-            )
+        record(item)["note"] = (
+            f"no NVIDIA GPU/driver on {view.host}; none expected, GPU checks skipped"
         )
     return Subject(view, index, item, host)
 
@@ -487,206 +576,62 @@ def _labels_of(item: pytest.Item) -> tuple[str, int | None] | None:
     return str(callspec.params["gpuhealth_host"]), None if index is None else int(index)
 
 
-@pytest.fixture(autouse=True)
-def _gpuhealth_labels(request: pytest.FixtureRequest) -> None:
-    """Label every test with its host (and GPU) before anything can fail."""
-    found = _labels_of(request.node)
-    if found is None:
-        return
-    name, index = found
-    if index is not None:
-        request.node.user_properties.append(("gpuhealth.gpu", index))
-        allure.dynamic.label("gpu", str(index))
-        allure.dynamic.sub_suite(f"gpu{index}")
-    request.node.user_properties.append(("gpuhealth.host", name))
-    allure.dynamic.label("host", name)
-    allure.dynamic.parent_suite(name)
-    # Group by family even when the test skips before judging (load tests below their level).
-    chk = registry.checks().get(request.node.originalname.removeprefix("test_"))
-    if chk is not None:
-        allure.dynamic.suite(chk.group)
-
-
-@pytest.fixture(autouse=True)
-def _gpuhealth_level(request: pytest.FixtureRequest, _gpuhealth_labels: None) -> None:
-    """Skip an active check (marked `level`) below its level, before its host is probed."""
-    marker = request.node.get_closest_marker("level")
-    current = request.config.option.level
-    if marker is not None and not level_allows(current, marker.args[0]):
-        pytest.skip(f"not run at level {current} (use --level {marker.args[0]})")
-
-
 def with_active(subject: Subject, section: str) -> Subject:
     """The subject with its host's load test (`nccl`, `dcgm`) added to its facts: run once per
-    host and session, judged by the registered checks like any other section."""
+    host and session, judged by the registered checks like any other section; its raw output
+    is attached to every test that judges it."""
     host = subject.host
     if host.target.host is None:
         pytest.skip("active checks need a live host: not run on saved facts (--facts)")
+    state = host.state
     if section not in host.active:
         run = registry.active_run(section)
         ctx = ActiveContext(
             view=subject.view,
-            level=host.state.level,
-            launch=lambda name, command, timeout: host.state.launch(
-                host.target, name, command, timeout
-            ),
+            level=state.level,
+            launch=lambda name, command, timeout: state.launch(host.target, name, command, timeout),
         )
         host.active[section] = run.launch(ctx)
-    else:
         for name, outcome in host.active[section][1]:
-            allure.attach(
-                redact(outcome.log),
-                name=f"{name}.log",
-                attachment_type=allure.attachment_type.TEXT,
-            )
+            ref = state.attach(subject.item, f"{name}.log", redact(outcome.log), "text")
+            host.evidence.setdefault(section, []).extend([ref] if ref else [])
+    else:
+        record(subject.item).setdefault("attachments", []).extend(host.evidence.get(section, []))
     facts = {**subject.view.facts, section: host.active[section][0]}
     view = NodeView(subject.view.host, facts, subject.view.limits)
     return Subject(view, subject.index, subject.item, host)
 
 
-def attach_json(name: str, value: Any) -> None:
-    """Attach structured evidence (GPUd events, DCGM incidents) to the current Allure test."""
-    allure.attach(
-        json.dumps(value, indent=2), name=name, attachment_type=allure.attachment_type.JSON
-    )
+def attach_json(subject: Subject, name: str, value: Any) -> None:
+    """Attach structured evidence (GPUd events, DCGM incidents) to the subject's test."""
+    subject.host.state.attach(subject.item, name, json.dumps(value, indent=2), "json")
 
 
 def judge(name: str, subject: Subject) -> None:
     """Run check `name` on a node or GPU and turn its finding into a pytest outcome."""
-    view, index = subject.view, subject.index
+    view, index, item = subject.view, subject.index, subject.item
     chk = registry.check(name)
     if not subject.host.attached:  # the facts document, once per host (in its first test)
         subject.host.attached = True
-        allure.attach(
-            json.dumps(view.facts, indent=2),
-            name=f"facts {view.host}.json",
-            attachment_type=allure.attachment_type.JSON,
-        )
+        subject.host.state.attach(item, f"facts {view.host}.json", json.dumps(view.facts), "json")
     finding = evaluate(chk, view, index)
     result = finding.result
-    allure.dynamic.suite(chk.group)
-    allure.dynamic.label("check", name)
-    allure.dynamic.severity(getattr(allure.severity_level, chk.severity.upper()))
-    allure.dynamic.label("profile", view.limits.name)
+    found = record(item)
+    found.update(
+        check=finding.check,
+        status=result.status.value,
+        message=result.message,
+        label=finding.label,
+        action=result.action.value,
+        advice=result.advice,
+        profile=view.limits.name,
+    )
     if index is not None:
-        record = view.gpu(index) or {}
-        for key in ("uuid", "serial"):
-            if record.get(key):
-                allure.dynamic.label(key, str(record[key]))
-    record_finding(subject.item, finding)
+        gpu = view.gpu(index) or {}
+        found.update((key, str(gpu[key])) for key in ("uuid", "serial") if gpu.get(key))
     if result.status is Status.FAIL:
         pytest.fail(finding.text, pytrace=False)
     if result.status is Status.SKIP:
         pytest.skip(finding.text)
     if result.status is Status.WARN:
         warnings.warn(GpuHealthWarning(finding.text), stacklevel=2)
-
-
-def record_finding(item: pytest.Item, finding: Finding) -> None:
-    """Hand a finding to the controller's Reporter (user properties cross xdist workers)."""
-    result = finding.result
-    item.user_properties.extend(
-        [
-            ("gpuhealth.check", finding.check),
-            ("gpuhealth.status", result.status.value),
-            ("gpuhealth.message", result.message),
-            ("gpuhealth.label", finding.label),
-            ("gpuhealth.action", result.action.value),
-            ("gpuhealth.advice", result.advice or ""),
-        ]
-    )
-
-
-# ---------------------------------------------------------------- reports
-
-
-class Reporter:
-    """Controller-side collector of outcomes; writes verdicts even when the run is cut short."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-        self.state = run_state(config)
-        self.book = self.state.book
-        self.verdicts: list[reporting.NodeVerdict] = []
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        props: dict[str, Any] = {
-            k: v for k, v in report.user_properties if k.startswith("gpuhealth.")
-        }
-        if report.when == "call" and "gpuhealth.fleet" in props:
-            self._fleet(json.loads(props["gpuhealth.fleet"]))
-        host = props.get("gpuhealth.host")
-        if host is None:
-            return
-        self.book.node(host)
-        if "gpuhealth.note" in props:
-            self.book.note(host, props["gpuhealth.note"])
-        check = props.get("gpuhealth.check") or report.nodeid.split("::")[-1].split("[")[0]
-        gpu = props.get("gpuhealth.gpu")
-        if "gpuhealth.unreachable" in props:
-            self.book.unreachable(host, props["gpuhealth.unreachable"])
-            return
-        if report.failed and "gpuhealth.status" not in props:
-            message = props.get("gpuhealth.error") or _first_line(report)
-            self.book.error(host, check.removeprefix("test_"), gpu, message)
-            return
-        if report.when == "setup" and report.skipped:  # e.g. a load test below its level
-            self.book.add(
-                reporting.Outcome(
-                    check.removeprefix("test_"), "SKIP", host, gpu, _first_line(report), host
-                )
-            )
-            return
-        if report.when == "call" and "gpuhealth.status" in props:
-            self.book.add(
-                reporting.Outcome(
-                    check=check,
-                    status=props["gpuhealth.status"],
-                    host=host,
-                    gpu=gpu,
-                    message=props.get("gpuhealth.message", ""),
-                    label=props.get("gpuhealth.label", host),
-                    action=props.get("gpuhealth.action") or "NONE",
-                    advice=props.get("gpuhealth.advice") or None,
-                )
-            )
-
-    def _fleet(self, findings: list[dict[str, Any]]) -> None:
-        """A test of the whole host set (multi-node NCCL) gives each node its own part."""
-        for entry in findings:
-            if entry["status"] == "NOTE":
-                self.book.note(entry["host"], entry["message"])
-                continue
-            self.book.add(
-                reporting.Outcome(
-                    entry["check"],
-                    entry["status"],
-                    entry["host"],
-                    None,
-                    entry["message"],
-                    entry["host"],
-                    entry["action"],
-                    entry.get("advice"),
-                )
-            )
-
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        for name in self.state.targets:
-            self.book.node(name)
-        self.verdicts = self.book.finish()
-        reporting.write_json(
-            self.verdicts,
-            self.state.verdicts,
-            {"hosts": sorted(self.state.targets), "source": "pytest"},
-        )
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        terminalreporter.section("gpuhealth verdicts")
-        for line in reporting.table(self.verdicts, terminalreporter._tw.fullwidth):
-            terminalreporter.write_line(line)
-        terminalreporter.write_line(f"verdicts written to {self.state.verdicts}")
-
-
-def _first_line(report: pytest.TestReport) -> str:
-    text = str(report.longrepr or "").strip().splitlines()
-    return text[-1][:500] if text else "test error"

@@ -8,6 +8,7 @@ reason per distinct problem however many GPUs share it, and the action codes to 
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import time
@@ -241,6 +242,99 @@ def write_json(verdicts: list[NodeVerdict], path: Path, extra: dict[str, Any]) -
         },
     }
     write_private(path, json.dumps(doc, indent=2) + "\n")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+@dataclass
+class FleetSummary:
+    """What a fleet's run comes to, read before any single test: nodes by verdict, the worst
+    nodes (FAIL and worse) and the failed checks with how many nodes and GPUs each."""
+
+    line: str
+    worst: list[NodeVerdict]
+    checks: list[str]
+
+    @classmethod
+    def of(cls, verdicts: list[NodeVerdict]) -> FleetSummary:
+        """The summary of verdicts sorted most severe first (as VerdictBook.finish gives)."""
+        counts: dict[str, int] = {}
+        for v in verdicts:
+            counts[v.verdict] = counts.get(v.verdict, 0) + 1
+        parts = ", ".join(f"{counts[k]} {k}" for k in ORDER if k in counts)
+        line = f"{_plural(len(verdicts), 'node')}: {parts or 'none checked'}"
+        by_check: dict[str, tuple[set[str], set[tuple[str, int]]]] = {}
+        for v in verdicts:
+            for entry in v.failed:
+                nodes, gpus = by_check.setdefault(entry["check"], (set(), set()))
+                nodes.add(v.host)
+                if entry["gpu"] is not None:
+                    gpus.add((v.host, entry["gpu"]))
+        ranked = sorted(by_check.items(), key=lambda kv: (-len(kv[1][0]), _rank(kv[0])))
+        checks = [
+            f"{check}: {_plural(len(nodes), 'node')}"
+            + (f", {_plural(len(gpus), 'GPU')}" if gpus else "")
+            for check, (nodes, gpus) in ranked
+        ]
+        worst = [v for v in verdicts if ORDER[v.verdict] > ORDER["WARN"]]
+        return cls(line, worst, checks)
+
+    def lines(self, top: int = 10) -> list[str]:
+        """For the terminal: the worst `top` nodes with their first reason, every check."""
+        lines = [self.line]
+        if self.worst:
+            lines.append(f"worst nodes ({min(top, len(self.worst))} of {len(self.worst)}):")
+            for v in self.worst[:top]:
+                action = v.actions[0] if v.actions else ""
+                reason = v.reasons[0] if v.reasons else ""
+                lines.append(f"  {v.host}  {v.verdict} {action}: {reason}")
+        if self.checks:
+            lines.append("failed checks:")
+            lines += [f"  {check}" for check in self.checks]
+        return lines
+
+    def metadata(self, top: int = 10) -> list[tuple[str, str]]:
+        """One-line (key, value) pairs: the Allure report's metadata, at the top of its page."""
+        pairs = [("verdicts", self.line)]
+        if self.worst:
+            named = [
+                f"{v.host} {v.verdict} {v.actions[0] if v.actions else ''}".strip()
+                for v in self.worst[:top]
+            ]
+            more = f" (+{len(self.worst) - top} more)" if len(self.worst) > top else ""
+            pairs.append(("worst nodes", "; ".join(named) + more))
+        if self.checks:
+            more = f" (+{len(self.checks) - top} more)" if len(self.checks) > top else ""
+            pairs.append(("failed checks", "; ".join(self.checks[:top]) + more))
+        return pairs
+
+
+def overview_html(verdicts: list[NodeVerdict], title: str) -> str:
+    """A self-contained page: the fleet summary, then every node, worst first, with its
+    verdict, actions and reasons (the full table a large fleet's terminal leaves out)."""
+    esc = html.escape
+    lines = FleetSummary.of(verdicts).lines()
+    summary = "".join(f"<li>{esc(line.strip())}</li>" for line in lines)
+    rows = "".join(
+        f"<tr class={v.verdict}><td>{esc(v.host)}</td><td>{v.verdict}</td>"
+        f"<td>{esc(' '.join(v.actions))}</td>"
+        f"<td>{'<br>'.join(esc(r) for r in v.reasons)}</td></tr>"
+        for v in verdicts
+    )
+    style = (
+        "body{font:14px sans-serif;margin:1em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top;text-align:left}"
+        ".FAIL td:nth-child(2),.UNREACHABLE td:nth-child(2){color:#c00;font-weight:bold}"
+        ".WARN td:nth-child(2){color:#b60}.PASS td:nth-child(2){color:#080}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset=utf-8><title>{esc(title)}</title>"
+        f"<style>{style}</style></head><body><h1>{esc(title)}</h1><ul>{summary}</ul>"
+        "<table><tr><th>host</th><th>verdict</th><th>actions</th><th>reasons</th></tr>"
+        f"{rows}</table></body></html>\n"
+    )
 
 
 def table(verdicts: list[NodeVerdict], width: int = 120) -> list[str]:

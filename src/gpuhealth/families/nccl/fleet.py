@@ -3,15 +3,13 @@
 A set of nodes is as fast as its slowest member, so a slow run names no one: bisection
 (gpuhealth.active.bisect) measures subsets until the slow node(s) stand out. Each node's
 verdict gets its part (a FAIL for a slow node, a note for the others) through the test's
-`gpuhealth.fleet` user property.
+`fleet` entry of its record (gpuhealth.plugin.record).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import allure
 import pytest
 
 from gpuhealth.active import bisect
@@ -20,7 +18,7 @@ from gpuhealth.config import Profile, resolve_limits
 from gpuhealth.families.nccl import active
 from gpuhealth.families.nccl.checks import best_busbw, nodes_of
 from gpuhealth.families.nccl.limits import NcclLimits
-from gpuhealth.plugin import RunState, run_state
+from gpuhealth.plugin import RunState, record, redact, run_state
 from gpuhealth.registry import check
 from gpuhealth.results import Action, Result, Status
 from gpuhealth.targets import Target
@@ -35,8 +33,9 @@ _FABRIC_ADVICE = "check the fabric (switches, routing) and the NCCL settings, th
 class _Fleet:
     """Launches nccl-tests over subsets of the hosts, each judged by the NCCL checks."""
 
-    def __init__(self, state: RunState, limits: Profile, gpus: int) -> None:
+    def __init__(self, state: RunState, item: pytest.Item, limits: Profile, gpus: int) -> None:
         self.state = state
+        self.item = item
         self.limits = limits
         self.gpus = gpus
         self.trials: list[tuple[tuple[str, ...], str]] = []
@@ -54,6 +53,7 @@ class _Fleet:
         launcher = self.state.targets[nodes[0]]
         name = f"nccl-multinode-{'+'.join(nodes)}"
         outcome = self.state.launch(launcher, name, command, lim.nccl_timeout_s, locked=True)
+        self.state.attach(self.item, f"{name}.log", redact(outcome.log), "text")
         section = active.section_of(outcome, list(nodes), "nccl_timeout_s")
         view = NodeView("+".join(nodes), {"source": "active", "nccl": section}, self.limits)
         results = [
@@ -84,9 +84,6 @@ def run_fleet_nccl(item: pytest.Item) -> None:
     """All hosts in one nccl-tests run; below threshold, bisect to name the slow nodes."""
     state = run_state(item.config)
     targets = list(state.targets.values())
-    allure.dynamic.parent_suite("fleet")
-    allure.dynamic.suite("nccl")
-    allure.dynamic.label("check", "nccl_multinode")
     if any(t.host is None for t in targets):
         pytest.skip("active checks need live hosts: not run on saved facts (--facts)")
     if len(targets) < 2:
@@ -99,7 +96,7 @@ def run_fleet_nccl(item: pytest.Item) -> None:
             "layout of a multi-node run comes from it, not from probing)"
         )
     names = [t.name for t in targets]
-    fleet = _Fleet(state, limits, gpus)
+    fleet = _Fleet(state, item, limits, gpus)
     with state.load_lock(exclusive=True):
         results, section = fleet.run(tuple(names))
         bad = [r for r in results if r.status is Status.FAIL]
@@ -142,7 +139,7 @@ def _report(
     threshold: float | None,
     nodes: int | None,
 ) -> None:
-    """Per-node findings for the verdicts (gpuhealth.fleet property), then the test outcome."""
+    """Per-node findings for the verdicts (the `fleet` entry of its record), then the outcome."""
     bad = [r for r in results if r.status is Status.FAIL]
     headline = "; ".join(r.message for r in (bad or results))
     whole = f"all {nodes or len(names)} nodes: {trials[0][1]}"
@@ -165,7 +162,7 @@ def _report(
             why = _why_unnamed(found, len(names))
             message = f"multi-node all_reduce failed: {headline}; bisection named no node ({why})"
             findings.append(_finding(name, "WARN", message, Action.INSPECT, _FABRIC_ADVICE))
-    item.user_properties.append(("gpuhealth.fleet", json.dumps(findings)))
+    record(item)["fleet"] = findings
     if bad:
         named = f" | slow node(s): {', '.join(found.slow)}" if found and found.slow else ""
         runs = "; ".join(f"{'+'.join(n)}: {text}" for n, text in bisected)

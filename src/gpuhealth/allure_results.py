@@ -1,0 +1,232 @@
+"""Allure results written by gpuhealth itself: one result file per test, one facts attachment
+per host, from the outcomes the plugin already collects.
+
+allure-pytest's listener follows every test and fixture through a dozen hooks and writes a
+result plus container files for each (about 4 files per test): at fleet scale most of the
+offline judging time. The health suite knows everything a result needs (host, GPU, check,
+family, severity, profile, GPU serial) when a test ends, so the controller writes each result
+once, in the format of allure-commons' model (what Allure 2 and 3 read), and allure-pytest
+only parses `--alluredir` / `--clean-alluredir`.
+
+Creating a file costs this machine 40-350 us (ext4; more while earlier writes are flushed),
+about what pytest spends on a whole trivial test. So the controller hands the files to a
+writer process (gpuhealth.allure_writer; a thread would fight the suite for the GIL) through
+a pipe and goes on; `close` waits for it. A folder to clean is renamed away at once and
+deleted by the writer at the end.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from allure_commons.utils import md5
+
+from gpuhealth import allure_writer
+from gpuhealth.results import ACTION_MEANINGS, Action
+
+# Allure's statuses; a WARN finding is a passed test with its message and a WARN tag.
+PASSED, FAILED, BROKEN, SKIPPED = "passed", "failed", "broken", "skipped"
+_TYPES = {"json": "application/json", "text": "text/plain", "html": "text/html"}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One finished test as Allure shows it."""
+
+    nodeid: str
+    name: str
+    status: str
+    message: str
+    trace: str
+    start_ms: int
+    stop_ms: int
+    labels: list[tuple[str, str]]
+    parameters: list[tuple[str, str]]
+    description: str
+    attachments: list[dict[str, str]]
+
+
+@functools.lru_cache(maxsize=4096)
+def _function(path: str, test: str) -> tuple[str, str, list[str]]:
+    full = f"{path.removesuffix('.py').replace('/', '.')}#{test}"
+    return full, md5(full), [p for p in path.split("/") if p]
+
+
+def _identity(nodeid: str) -> tuple[str, str, list[str]]:
+    """A test's fullName, testCaseId and titlePath as allure-pytest makes them (so history
+    and test ids carry over from reports it wrote): `tests/test_gpu.py::test_ecc_errors[..]`
+    is `tests.test_gpu#test_ecc_errors`. One test function's are computed once."""
+    path, _, test = nodeid.partition("::")
+    return _function(path, test.partition("[")[0])
+
+
+class AllureResults:
+    """The Allure results folder of a run (`--alluredir`), written by its controller; xdist
+    workers only write attachments into it."""
+
+    def __init__(self, directory: Path, clean: bool, background: bool) -> None:
+        self.directory = directory
+        self._files = allure_writer.Files(directory)
+        self._problem: str | None = None
+        old = list(directory.parent.glob(f".{directory.name}.old-*"))  # an earlier run's
+        if clean and directory.is_dir():
+            old.append(directory.with_name(f".{directory.name}.old-{uuid.uuid4().hex[:8]}"))
+            directory.rename(old[-1])
+        directory.mkdir(parents=True, exist_ok=True)
+        self._old = old
+        self._writer: subprocess.Popen[bytes] | None = None
+        if background:
+            command = [sys.executable, "-I", allure_writer.__file__, str(directory)]
+            self._writer = subprocess.Popen(
+                [*command, *map(str, old)],
+                stdin=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                bufsize=1 << 20,
+            )
+
+    def _put(self, name: str, body: bytes) -> None:
+        writer = self._writer
+        if writer is None or writer.stdin is None:
+            self._files.write(name, body)
+            return
+        try:
+            writer.stdin.write(f"{name} {len(body)}\n".encode() + body)
+        except OSError as exc:  # the writer died: say so at the end, write the rest here
+            self._problem = (
+                f"Allure writer process died ({exc}): results before that may be missing, "
+                "the rest were written by the suite itself"
+            )
+            self._writer = None
+            self._files.write(name, body)
+
+    def attach(self, body: str, name: str, kind: str) -> dict[str, str]:
+        """Write an attachment (`json`, `text` or `html`); the reference a result lists."""
+        source = f"{uuid.uuid4()}-attachment.{'txt' if kind == 'text' else kind}"
+        self._put(source, body.encode())
+        return {"name": name, "source": source, "type": _TYPES[kind]}
+
+    def write(self, case: Case) -> None:
+        """One test's result file: the fields of allure-commons' TestResult model (checked
+        against it by the tests), built as plain data because at ~135,000 tests per run the
+        model's asdict() alone would cost seconds."""
+        test, test_id, title = _identity(case.nodeid)
+        result: dict[str, Any] = {
+            "uuid": str(uuid.uuid4()),
+            "historyId": md5(test, *(v for _, v in sorted(case.parameters))),
+            "testCaseId": test_id,
+            "fullName": test,
+            "titlePath": title,
+            "name": case.name,
+            "status": case.status,
+            "stage": "finished",
+            "start": case.start_ms,
+            "stop": case.stop_ms,
+            "labels": [{"name": n, "value": v} for n, v in case.labels],
+            "parameters": [{"name": n, "value": v} for n, v in case.parameters],
+        }
+        if case.message or case.trace:
+            details = {"message": case.message, "trace": case.trace}
+            result["statusDetails"] = {k: v for k, v in details.items() if v}
+        if case.description:
+            result["description"] = case.description
+        if case.attachments:
+            result["attachments"] = case.attachments
+        self._put(f"{result['uuid']}-result.json", json.dumps(result).encode())
+
+    def finish(self, environment: Iterable[tuple[str, str]], overview: str) -> None:
+        """What the whole run comes to: categories.json (one category per action code), the
+        environment (shown as the report's metadata, at the top of its page) and `overview`,
+        an HTML page attached to the run (the report's Global Attachments tab)."""
+        categories = [
+            {
+                "name": name,
+                **({"messageRegex": message} if message else {}),
+                "matchedStatuses": [status],
+            }
+            for name, status, _, message in CATEGORIES
+        ]
+        self._put("categories.json", json.dumps(categories).encode())
+        lines = [f"{_escape(k, key=True)}={_escape(v)}" for k, v in environment]
+        lines.append(f"python={platform.python_version()}")
+        self._put("environment.properties", ("\n".join(lines) + "\n").encode())
+        page = self.attach(overview, "gpuhealth fleet overview", "html")
+        run = uuid.uuid4()
+        stamp = int(time.time() * 1000)
+        globals_ = {"attachments": [{**page, "timestamp": stamp}], "errors": []}
+        self._put(f"{run}-globals.json", json.dumps(globals_).encode())
+
+    def close(self) -> str | None:
+        """Wait until every file is written; what could not be, or None when all were."""
+        writer, self._writer = self._writer, None
+        problems = [self._problem]
+        if writer is not None and writer.stdin is not None:
+            try:
+                writer.stdin.close()
+            except OSError as exc:
+                problems.append(f"Allure writer process died ({exc}): results may be missing")
+            error = writer.stderr.read().decode(errors="replace").strip() if writer.stderr else ""
+            if writer.wait() != 0:
+                problems.append(error or f"Allure writer process exited {writer.returncode}")
+        else:
+            for path in self._old:
+                shutil.rmtree(path, ignore_errors=True)
+        self._old = []
+        problems.append(self._files.problem())
+        found = [p for p in problems if p]
+        return "; ".join(found) if found else None
+
+
+# The report's categories, most drastic first: one per action code (by the `action` label of
+# failed tests), unreachable hosts, then checks that could not run. Allure 2 reads them from
+# the results (categories.json), Allure 3 from its config (allurerc.json, report_config).
+CATEGORIES = [
+    *(
+        (f"{a.value}: {ACTION_MEANINGS[a]}", FAILED, a.value, rf"(?s).*\. Action {a.value}\b.*")
+        for a in Action
+        if a is not Action.NONE
+    ),
+    ("Unreachable hosts", BROKEN, None, "(?s)host unreachable: .*"),
+    ("Checks that could not run", BROKEN, None, None),
+]
+
+
+def report_config() -> dict[str, Any]:
+    """Allure 3's configuration for the health suite's report (the repository's
+    allurerc.json, which `make report` passes to `allure awesome`)."""
+    rules = []
+    for name, status, action, message in CATEGORIES:
+        matchers: dict[str, Any] = {"statuses": [status]}
+        if action:
+            matchers["labels"] = {"action": f"^{action}$"}
+        elif message:
+            matchers["message"] = message.removeprefix("(?s)")
+        rules.append(
+            {
+                "name": name,
+                "matchers": matchers,
+                "groupBy": [{"label": "host"}],
+                "groupByMessage": False,
+            }
+        )
+    return {"name": "gpuhealth", "categories": {"rules": rules}}
+
+
+def _escape(value: str, key: bool = False) -> str:
+    """A key or value for a .properties file (backslashes, line breaks; in keys, the spaces,
+    `=` and `:` that would end the key)."""
+    text = value.replace("\\", "\\\\").replace("\n", "\\n")
+    if key:
+        for char in " =:":
+            text = text.replace(char, f"\\{char}")
+    return text
