@@ -18,6 +18,7 @@ from allure_commons.model2 import TestResult as AllureTestResult
 
 from gpuhealth import allure_writer
 from gpuhealth.allure_results import AllureResults, Case, report_config
+from gpuhealth.junit_results import JUnitResults
 from gpuhealth.report import FleetSummary, NodeVerdict
 from selftest.facts import healthy_h100, write_facts
 from selftest.suite import REPO, run_suite
@@ -252,3 +253,28 @@ def test_junit_carries_no_gpuhealth_properties(tmp_path):
     facts, inventory = faulty_fleet(tmp_path)
     run_suite(tmp_path / "r", "--facts", str(facts), "--inventory", str(inventory))
     assert list(ET.parse(tmp_path / "r" / "junit.xml").getroot().iter("property")) == []
+
+
+def test_junit_is_streamed_as_pytest_writes_it_and_survives_hostile_text(tmp_path):
+    path = tmp_path / "r" / "junit.xml"
+    out = JUnitResults(path, "gpuhealth")
+    out.case("tests/test_gpu.py::test_ecc_errors[n1-gpu0]", 0.0012, None, "", "")
+    hostile = 'n2 gpu3: "4 > 0" & <x>\x00\x1b[31m\ud800 done'
+    out.case("tests/test_gpu.py::test_ecc_errors[n2-gpu3]", 0.5, "failure", hostile, hostile)
+    out.case("tests/test_dcgm.py::test_dcgm_diag[n1]", 0, "skipped", "not run", "not run")
+    out.case("tests/test_node.py::test_gpu_count[n3]", 0, "error", 'failed on setup with "x"', "")
+    out.close()
+    suite = ET.parse(path).getroot().find("testsuite")
+    assert {k: suite.get(k) for k in ("name", "tests", "failures", "skipped", "errors")} == {
+        "name": "gpuhealth",
+        "tests": "4",
+        "failures": "1",
+        "skipped": "1",
+        "errors": "1",
+    }
+    cases = suite.findall("testcase")
+    assert [c.get("classname") for c in cases][:2] == ["tests.test_gpu", "tests.test_gpu"]
+    failure = cases[1].find("failure")
+    assert failure.get("message").startswith('n2 gpu3: "4 > 0" & <x>#x00#x1B[31m#xD800 done')
+    assert cases[2].find("skipped").get("type") == "pytest.skip"
+    assert [p.name for p in path.parent.iterdir()] == ["junit.xml"]  # no spool left behind

@@ -117,6 +117,7 @@ RUNNING = (  # what probes, launches, schedules and reports
     "gpuhealth.reporter",
     "gpuhealth.allure_results",
     "gpuhealth.allure_writer",
+    "gpuhealth.junit_results",
     "gpuhealth.cli",
 )
 

@@ -33,6 +33,7 @@ from gpuhealth.allure_results import AllureResults
 from gpuhealth.checks import NodeView, evaluate
 from gpuhealth.config import ConfigError, Profile, ProfileSet, resolve_limits
 from gpuhealth.documents import FactsError, load_facts
+from gpuhealth.junit_results import JUnitResults
 from gpuhealth.reporter import Reporter
 from gpuhealth.results import Status
 from gpuhealth.targets import Target, live_targets, offline_targets
@@ -127,6 +128,7 @@ class RunState:
     verdicts: Path
     facts_dir: Path
     allure: AllureResults | None = None
+    junit: JUnitResults | None = None
     book: reporting.VerdictBook = field(default_factory=reporting.VerdictBook)
 
     @property
@@ -183,7 +185,7 @@ class RunState:
 def record(item: pytest.Item) -> dict[str, Any]:
     """What a test tells the controller's Reporter: host, GPU, the finding, attachments.
 
-    It travels on each of the test's reports as `report.gpuhealth` (xdist carries report
+    It travels on the test's teardown report as `report.gpuhealth` (xdist carries report
     attributes to the controller), not as user properties: those are copied into every
     JUnit test case, which at fleet scale costs more than judging the test.
     """
@@ -195,10 +197,12 @@ def record(item: pytest.Item) -> dict[str, Any]:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """The test's record, on its last (teardown) report only, and no longer on the item
+    (pytest keeps every item to the end of the run)."""
     report = yield
-    found = item.stash.get(_RECORD, None)
-    if found is not None:
-        report.gpuhealth = dict(found)
+    if call.when == "teardown" and _RECORD in item.stash:
+        report.gpuhealth = item.stash[_RECORD]
+        del item.stash[_RECORD]
     return report
 
 
@@ -324,6 +328,7 @@ def pytest_configure(config: pytest.Config) -> None:
         verdicts=Path(config.option.verdicts or reports / "verdicts.json"),
         facts_dir=Path(config.option.save_facts or reports / "facts"),
         allure=_take_over_allure(config),
+        junit=_take_over_junit(config),
     )
     if not _is_worker(config):
         config.pluginmanager.register(Reporter(config.stash[_STATE]), "gpuhealth-reporter")
@@ -364,6 +369,23 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     output = getattr(session.config, "workeroutput", None)
     if problem and output is not None:
         output["gpuhealth_allure"] = problem
+
+
+def _take_over_junit(config: pytest.Config) -> JUnitResults | None:
+    """The run's JUnit XML (`--junitxml`), streamed by gpuhealth (junit_results explains why):
+    pytest's junitxml plugin, with the path taken away before its pytest_configure, stays
+    off. xunit2, as the suite's pytest.ini asks."""
+    path = getattr(config.option, "xmlpath", None)
+    if not path:
+        return None
+    config.option.xmlpath = None
+    if config.option.collectonly or _is_worker(config):
+        return None
+    where = config.invocation_params.dir / os.path.expanduser(os.path.expandvars(path))
+    try:
+        return JUnitResults(where, str(config.getini("junit_suite_name")))
+    except OSError as exc:
+        raise pytest.UsageError(f"gpuhealth: cannot write JUnit XML to {where}: {exc}") from None
 
 
 # ---------------------------------------------------------------- parametrisation

@@ -30,17 +30,25 @@ LIST_ALL_NODES = 50
 
 @dataclass
 class _Pending:
-    """A test between its setup and its teardown report."""
+    """A test between its setup and its teardown report: when it started and how the first
+    phase that did not pass ended."""
 
     start_ms: int
-    status: str = PASSED
-    message: str = ""
+    when: str = ""  # the phase that did not pass ("" while all did)
+    skipped: bool = False
+    longrepr: str = ""
+    crash: str = ""  # pytest's one-line summary of the failure (`Failed: ...`, `KeyError: ...`)
     trace: str = ""
 
 
 @dataclass
 class Reporter:
-    """Controller-side collector of outcomes; writes verdicts even when the run is cut short."""
+    """Controller-side collector of outcomes; writes verdicts even when the run is cut short.
+
+    A test is taken in whole at its teardown report, the only one that carries the test's
+    record; the record is then dropped from the report (pytest's terminal keeps every report
+    to the end, and at fleet scale the records would be most of the run's memory).
+    """
 
     state: RunState
     verdicts: list[reporting.NodeVerdict] = field(default_factory=list)
@@ -52,15 +60,31 @@ class Reporter:
         return self.state.book
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        props: dict[str, Any] = getattr(report, "gpuhealth", None) or {}
-        self._verdict(report, props)
+        pending = self._pending.get(report.nodeid)
+        if pending is None:
+            pending = self._pending[report.nodeid] = _Pending(int(report.start * 1000))
+        if not pending.when and not report.passed:
+            pending.when, pending.skipped = report.when, report.skipped
+            if report.skipped:
+                pending.longrepr = _skip_reason(report)
+            else:
+                pending.longrepr = str(report.longrepr)
+                pending.trace = report.longreprtext
+                crash = getattr(report.longrepr, "reprcrash", None)
+                pending.crash = getattr(crash, "message", "") or _last_line(pending.longrepr)
+        if report.when != "teardown":
+            return
+        del self._pending[report.nodeid]
+        props: dict[str, Any] = report.__dict__.pop("gpuhealth", None) or {}
+        self._verdict(report.nodeid, props, pending)
         if self.state.allure is not None:
-            self._allure(report, props)
+            self.state.allure.write(_case(report, props, pending))
+        if self.state.junit is not None:
+            seconds = max(0.0, report.stop - pending.start_ms / 1000)
+            self.state.junit.case(report.nodeid, seconds, *_junit(pending))
 
-    # ------------------------------------------------------------ verdicts
-
-    def _verdict(self, report: pytest.TestReport, props: dict[str, Any]) -> None:
-        if report.when == "call" and "fleet" in props:
+    def _verdict(self, nodeid: str, props: dict[str, Any], pending: _Pending) -> None:
+        if "fleet" in props:
             self._fleet(props["fleet"])
         host = props.get("host")
         if host is None:
@@ -68,19 +92,15 @@ class Reporter:
         self.book.node(host)
         if "note" in props:
             self.book.note(host, props["note"])
-        check = props.get("check") or _check_of(report.nodeid)
+        check = props.get("check") or _check_of(nodeid)
         gpu = props.get("gpu")
         if "unreachable" in props:
             self.book.unreachable(host, props["unreachable"])
-            return
-        if report.failed and "status" not in props:
-            message = props.get("error") or _last_line(report)
-            self.book.error(host, check, gpu, message)
-            return
-        if report.when == "setup" and report.skipped:  # e.g. a load test below its level
-            self.book.add(reporting.Outcome(check, "SKIP", host, gpu, _skip_reason(report), host))
-            return
-        if report.when == "call" and "status" in props:
+        elif pending.when and not pending.skipped and "status" not in props:
+            self.book.error(host, check, gpu, props.get("error") or _last_line(pending.longrepr))
+        elif pending.when == "setup" and pending.skipped:  # e.g. a load test below its level
+            self.book.add(reporting.Outcome(check, "SKIP", host, gpu, pending.longrepr, host))
+        elif "status" in props:
             self.book.add(_outcome(check, host, gpu, props))
 
     def _fleet(self, findings: list[dict[str, Any]]) -> None:
@@ -102,31 +122,6 @@ class Reporter:
                 )
             )
 
-    # ------------------------------------------------------------ Allure
-
-    def _allure(self, report: pytest.TestReport, props: dict[str, Any]) -> None:
-        """Fold a test's phases into one Allure result, written at its teardown."""
-        if report.when == "setup":
-            pending = self._pending[report.nodeid] = _Pending(int(report.start * 1000))
-        else:
-            pending = self._pending.get(report.nodeid) or _Pending(int(report.start * 1000))
-        if pending.status == PASSED:  # the first phase that did not pass decides
-            if report.skipped:
-                pending.status, pending.message = SKIPPED, _skip_reason(report)
-            elif report.failed and props.get("status") == Status.FAIL.value:
-                pending.status, pending.message = FAILED, str(report.longrepr)
-            elif report.failed:
-                pending.status, pending.message = BROKEN, _broken(report, props)
-                if "unreachable" not in props and "error" not in props:
-                    pending.trace = report.longreprtext
-            elif report.when == "call" and props.get("status") == Status.WARN.value:
-                pending.message = _finding(props).text
-        if report.when != "teardown":
-            return
-        del self._pending[report.nodeid]
-        assert self.state.allure is not None
-        self.state.allure.write(_case(report, props, pending))
-
     # ------------------------------------------------------------ the end
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -138,6 +133,11 @@ class Reporter:
             self.state.verdicts,
             {"hosts": sorted(self.state.targets), "source": "pytest"},
         )
+        if self.state.junit is not None:
+            try:
+                self.state.junit.close()
+            except OSError as exc:
+                self.problems.append(f"JUnit XML not written: {exc}")
         if self.state.allure is not None:
             summary = reporting.FleetSummary.of(self.verdicts)
             self.state.allure.finish(
@@ -171,6 +171,8 @@ class Reporter:
                 f"... and {len(self.verdicts) - len(shown)} PASS nodes (-v lists them)"
             )
         terminalreporter.write_line(f"verdicts written to {self.state.verdicts}")
+        if self.state.junit is not None:
+            terminalreporter.write_line(f"JUnit XML written to {self.state.junit.path}")
         for problem in self.problems:
             terminalreporter.write_line(f"gpuhealth: {problem}", red=True)
         return (yield)
@@ -241,12 +243,13 @@ def _case(report: pytest.TestReport, props: dict[str, Any], pending: _Pending) -
     if props.get("status") == Status.WARN.value:
         labels.append(("tag", "WARN"))
     attachments = props.get("attachments") or []
+    status, message, trace = _allure_status(props, pending)
     return Case(
         nodeid=report.nodeid,
         name=name,
-        status=pending.status,
-        message=pending.message,
-        trace=pending.trace,
+        status=status,
+        message=message,
+        trace=trace,
         start_ms=pending.start_ms,
         stop_ms=int(report.stop * 1000),
         labels=labels,
@@ -256,10 +259,33 @@ def _case(report: pytest.TestReport, props: dict[str, Any], pending: _Pending) -
     )
 
 
-def _broken(report: pytest.TestReport, props: dict[str, Any]) -> str:
+def _junit(pending: _Pending) -> tuple[str | None, str, str]:
+    """The JUnit element (failure, error, skipped or none), message and text of a test, as
+    pytest's junitxml writes them."""
+    if not pending.when:
+        return None, "", ""
+    if pending.skipped:
+        return "skipped", pending.longrepr, pending.longrepr
+    if pending.when == "call":
+        return "failure", pending.crash, pending.trace
+    return "error", f'failed on {pending.when} with "{pending.crash}"', pending.trace
+
+
+def _allure_status(props: dict[str, Any], pending: _Pending) -> tuple[str, str, str]:
+    """Allure's status, message and trace for a finished test: the check's FAIL is `failed`,
+    a test that could not run (host unreachable, broken facts, a bug) is `broken`."""
+    if not pending.when:
+        warned = props.get("status") == Status.WARN.value
+        return PASSED, _finding(props).text if warned else "", ""
+    if pending.skipped:
+        return SKIPPED, pending.longrepr, ""
+    if props.get("status") == Status.FAIL.value:
+        return FAILED, pending.longrepr, ""
     if "unreachable" in props:
-        return f"host unreachable: {props['unreachable']}"
-    return str(props.get("error") or _last_line(report))
+        return BROKEN, f"host unreachable: {props['unreachable']}", ""
+    if "error" in props:
+        return BROKEN, str(props["error"]), ""
+    return BROKEN, _last_line(pending.longrepr), pending.trace
 
 
 def _skip_reason(report: pytest.TestReport) -> str:
@@ -269,6 +295,6 @@ def _skip_reason(report: pytest.TestReport) -> str:
     return text.removeprefix("Skipped: ")
 
 
-def _last_line(report: pytest.TestReport) -> str:
-    text = str(report.longrepr or "").strip().splitlines()
+def _last_line(longrepr: str) -> str:
+    text = longrepr.strip().splitlines()
     return text[-1][:500] if text else "test error"
