@@ -40,7 +40,6 @@ from gpuhealth.targets import Target, live_targets, offline_targets
 from gpuhealth.transport import ProbeError, run_probe
 
 _STATE = pytest.StashKey["RunState"]()
-_RECORD = pytest.StashKey[dict[str, Any]]()
 # Options only the health suite has: giving one makes the run a gpuhealth run.
 _OWN_OPTIONS = (
     "facts",
@@ -129,7 +128,18 @@ class RunState:
     facts_dir: Path
     allure: AllureResults | None = None
     junit: JUnitResults | None = None
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)  # by test id; see record()
+    _host: HostState | None = None
     book: reporting.VerdictBook = field(default_factory=reporting.VerdictBook)
+
+    def host(self, name: str) -> HostState:
+        """The host's state: probed, or its saved facts loaded, when its first test starts.
+        Only the latest host is kept (the tests come grouped by host), so a fleet's facts are
+        never all in memory at once."""
+        if self._host is None or self._host.target.name != name:
+            self._host = None
+            self._host = _collect(self, self.targets[name])
+        return self._host
 
     @property
     def level(self) -> str:
@@ -189,21 +199,23 @@ def record(item: pytest.Item) -> dict[str, Any]:
     attributes to the controller), not as user properties: those are copied into every
     JUnit test case, which at fleet scale costs more than judging the test.
     """
-    found = item.stash.get(_RECORD, None)
-    if found is None:
-        found = item.stash[_RECORD] = {}
-    return found
+    return run_state(item.config).records.setdefault(item.nodeid, {})
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    """The test's record, on its last (teardown) report only, and no longer on the item
-    (pytest keeps every item to the end of the run)."""
-    report = yield
-    if call.when == "teardown" and _RECORD in item.stash:
-        report.gpuhealth = item.stash[_RECORD]
-        del item.stash[_RECORD]
-    return report
+class RecordCarrier:
+    """Puts each test's record on its teardown report, before xdist sends the report to the
+    controller or the Reporter reads it, and forgets it (pytest keeps every report and item
+    to the end of the run). A plain hook: a makereport wrapper costs more per test."""
+
+    def __init__(self, records: dict[str, dict[str, Any]]) -> None:
+        self.records = records
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            found = self.records.pop(report.nodeid, None)
+            if found is not None:
+                report.__dict__["gpuhealth"] = found  # an extra field: xdist carries it
 
 
 def redact(text: str) -> str:
@@ -330,6 +342,7 @@ def pytest_configure(config: pytest.Config) -> None:
         allure=_take_over_allure(config),
         junit=_take_over_junit(config),
     )
+    config.pluginmanager.register(RecordCarrier(config.stash[_STATE].records), "gpuhealth-records")
     if not _is_worker(config):
         config.pluginmanager.register(Reporter(config.stash[_STATE]), "gpuhealth-reporter")
         if config.pluginmanager.hasplugin("xdist"):
@@ -446,48 +459,53 @@ class XdistHostScheduling:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """`node` and `gpu` are parameters, not fixtures: one Slot per host (and GPU slot the
+    host should have). The host's facts are resolved by the setup hook, which costs a dict
+    lookup per test where a fixture costs pytest's fixture machinery (most of a trivial
+    test's setup time, at ~135,000 tests per 1,024 nodes)."""
     state = metafunc.config.stash.get(_STATE, None)
-    if state is None or not {"node", "gpu"} & set(metafunc.fixturenames):
+    if state is None:
         return
     names = list(state.targets)
-    # Session scope groups the tests by host, so each host's facts are made once, then freed.
-    metafunc.parametrize("gpuhealth_host", names, ids=names, indirect=True, scope="session")
     if "gpu" in metafunc.fixturenames:
-        slots = max((t.gpu_slots for t in state.targets.values()), default=0)
-        metafunc.parametrize(
-            "gpu", range(slots), ids=[f"gpu{i}" for i in range(slots)], indirect=True
-        )
+        slots = [Slot(h, i) for h in names for i in range(state.targets[h].gpu_slots)]
+        metafunc.parametrize("gpu", slots, ids=[_gpu_id(s.host, s.index or 0) for s in slots])
+    elif "node" in metafunc.fixturenames:
+        metafunc.parametrize("node", [Slot(h, None) for h in names], ids=names)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep only the GPU slots each host has (hosts of one run may expect different counts),
+    """Run each host's tests together (so each host is probed once, then its facts freed),
     and label every test with its host (and GPU) before anything can fail."""
     state = config.stash.get(_STATE, None)
     if state is None:
         return
-    kept = []
+    order = {name: i for i, name in enumerate(state.targets)}
     for item in items:
-        found = _labels_of(item)
-        if found is not None:
-            host, index = found
-            if index is not None:
-                if index >= state.targets[host].gpu_slots:
-                    continue
-                record(item)["gpu"] = index
-            record(item)["host"] = host
-        kept.append(item)
-    items[:] = kept
+        slot = _slot_of(item)
+        if slot is not None:
+            found = record(item)
+            found["host"] = slot.host
+            if slot.index is not None:
+                found["gpu"] = slot.index
+    items.sort(key=lambda item: order.get(getattr(_slot_of(item), "host", ""), len(order)))
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Skip an active check (marked `level`) below its level, before its host is probed."""
-    if _STATE not in item.config.stash:
+    """Skip an active check (marked `level`) below its level, before its host is probed;
+    then resolve the test's host: probed, or its saved facts loaded, once per run."""
+    state = item.config.stash.get(_STATE, None)
+    if state is None:
         return
     marker = item.get_closest_marker("level")
     current = item.config.option.level
     if marker is not None and not level_allows(current, marker.args[0]):
         pytest.skip(f"not run at level {current} (use --level {marker.args[0]})")
+    RUNNING.subject = None
+    slot = _slot_of(item)
+    if slot is not None:
+        RUNNING.subject = _subject(item, state.host(slot.host), slot.index)
 
 
 # ---------------------------------------------------------------- fixtures
@@ -496,7 +514,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @dataclass
 class HostState:
     """One host of the run as its tests see it: its facts (or why there are none) and the
-    load tests already run on it, cached for the session by the `gpuhealth_host` fixture."""
+    load tests already run on it, kept by RunState.host while the host's tests run."""
 
     target: Target
     facts: dict[str, Any] | None
@@ -542,11 +560,29 @@ def _collect(state: RunState, target: Target) -> HostState:
     return HostState(target, facts, None, state)
 
 
-@pytest.fixture(scope="session")
-def gpuhealth_host(request: pytest.FixtureRequest) -> HostState:
-    """One host, probed (or its saved facts loaded) once for the whole session."""
-    state = run_state(request.config)
-    return _collect(state, state.targets[request.param])
+@dataclass
+class Running:
+    """The test this process is running, resolved: pytest runs one test at a time per
+    process, and a check test's argument (a Slot) is shared by every check of its host."""
+
+    subject: Subject | None = None
+
+
+RUNNING = Running()
+
+
+@dataclass(frozen=True)
+class Slot:
+    """What a check test is parametrized with (its `node` or `gpu` argument): a host, and a
+    GPU index for per-GPU tests. judge() and with_active() take it to the test's Subject."""
+
+    host: str
+    index: int | None
+
+    @property
+    def view(self) -> NodeView:
+        """The running test's facts and limits (e.g. to attach what a check will judge)."""
+        return subject_of(self).view
 
 
 @dataclass(frozen=True)
@@ -559,8 +595,7 @@ class Subject:
     host: HostState
 
 
-def _subject(request: pytest.FixtureRequest, host: HostState, index: int | None) -> Subject:
-    item = request.node
+def _subject(item: pytest.Item, host: HostState, index: int | None) -> Subject:
     if host.failure is not None:
         failure = host.failure
         unreachable = isinstance(failure, ProbeError) and failure.unreachable
@@ -577,31 +612,30 @@ def _subject(request: pytest.FixtureRequest, host: HostState, index: int | None)
     return Subject(view, index, item, host)
 
 
-@pytest.fixture
-def node(request: pytest.FixtureRequest, gpuhealth_host: HostState) -> Subject:
-    """The node under test: its facts and resolved limits."""
-    return _subject(request, gpuhealth_host, None)
+def subject_of(slot: Slot | Subject) -> Subject:
+    """The Subject of the running test (its Slot resolved by the setup hook)."""
+    if isinstance(slot, Subject):
+        return slot
+    found = RUNNING.subject
+    if found is None or found.host.target.name != slot.host or found.index != slot.index:
+        raise RuntimeError(f"{slot} is not the slot of the running test")
+    return found
 
 
-@pytest.fixture
-def gpu(request: pytest.FixtureRequest, gpuhealth_host: HostState) -> Subject:
-    """One expected GPU slot of a node."""
-    return _subject(request, gpuhealth_host, int(request.param))
-
-
-def _labels_of(item: pytest.Item) -> tuple[str, int | None] | None:
-    """(host, gpu index) of a suite test, from its parameters."""
+def _slot_of(item: pytest.Item) -> Slot | None:
+    """The Slot a suite test is parametrized with, if it is one."""
     callspec = getattr(item, "callspec", None)
-    if callspec is None or "gpuhealth_host" not in callspec.params:
+    if callspec is None:
         return None
-    index = callspec.params.get("gpu")
-    return str(callspec.params["gpuhealth_host"]), None if index is None else int(index)
+    found = callspec.params.get("gpu", callspec.params.get("node"))
+    return found if isinstance(found, Slot) else None
 
 
-def with_active(subject: Subject, section: str) -> Subject:
+def with_active(slot: Slot | Subject, section: str) -> Subject:
     """The subject with its host's load test (`nccl`, `dcgm`) added to its facts: run once per
     host and session, judged by the registered checks like any other section; its raw output
     is attached to every test that judges it."""
+    subject = subject_of(slot)
     host = subject.host
     if host.target.host is None:
         pytest.skip("active checks need a live host: not run on saved facts (--facts)")
@@ -624,13 +658,15 @@ def with_active(subject: Subject, section: str) -> Subject:
     return Subject(view, subject.index, subject.item, host)
 
 
-def attach_json(subject: Subject, name: str, value: Any) -> None:
+def attach_json(slot: Slot | Subject, name: str, value: Any) -> None:
     """Attach structured evidence (GPUd events, DCGM incidents) to the subject's test."""
+    subject = subject_of(slot)
     subject.host.state.attach(subject.item, name, json.dumps(value, indent=2), "json")
 
 
-def judge(name: str, subject: Subject) -> None:
+def judge(name: str, slot: Slot | Subject) -> None:
     """Run check `name` on a node or GPU and turn its finding into a pytest outcome."""
+    subject = subject_of(slot)
     view, index, item = subject.view, subject.index, subject.item
     chk = registry.check(name)
     if not subject.host.attached:  # the facts document, once per host (in its first test)
