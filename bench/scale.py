@@ -4,11 +4,18 @@ For each fleet size this writes N healthy 8x H100 facts documents and runs the h
 them as users run it (`pytest --facts DIR`, every report on: JUnit, Allure results, verdicts,
 saved facts), then runs bare pytest (no gpuhealth, no Allure) on the same number of trivial
 tests: the floor any pytest-based suite pays for collecting and reporting that many tests. It
-prints both times, their ratio, the suite's peak RSS, the size and file count of its reports,
-and the seconds per node, which must stay flat as the fleet grows.
+prints both times, their ratio, both peak RSS, the Allure results' size (bytes and disk use,
+per 128 nodes) and files per node, and the milliseconds per node, which must stay flat as the
+fleet grows. With --html it renders each size's report (`make report`) and opens it in
+headless Chromium: generation time, size, files and the time until the page settles.
+
+Every size's files are kept until the end: deleting ~100,000 files makes ext4 slow to create
+new ones for a while (its inode allocator skips recently freed inodes), which would bill one
+size's clean-up to the next.
 
     .venv/bin/python bench/scale.py                      # 16, 64 and 256 nodes
     .venv/bin/python bench/scale.py --sizes 1024 -n 2    # the target size, 2 xdist workers
+    .venv/bin/python bench/scale.py --sizes 128 --html   # and the HTML report
 """
 
 from __future__ import annotations
@@ -60,9 +67,26 @@ def workers(count: int) -> list[str]:
     return ["-n", str(count)] if count > 1 else []
 
 
-def suite(nodes: int, folder: Path, count: int) -> tuple[Run, int, int, int]:
-    """The suite on `nodes` saved documents: its run, the tests it ran, report bytes, files."""
-    facts = write_facts(folder / "facts", **{f"node{i:05d}": healthy_h100() for i in range(nodes)})
+@dataclass
+class Reports:
+    tests: int
+    allure_bytes: int
+    allure_disk: int  # bytes of the blocks the files take
+    allure_files: int
+    total_bytes: int
+
+
+def sizes(folder: Path) -> tuple[int, int, int]:
+    """Bytes, disk use and file count of the files under a folder."""
+    stats = [p.stat() for p in folder.rglob("*") if p.is_file()]
+    return sum(s.st_size for s in stats), sum(s.st_blocks * 512 for s in stats), len(stats)
+
+
+def suite(nodes: int, folder: Path, count: int) -> tuple[Run, Reports]:
+    """The suite on `nodes` saved documents (one node with an ECC fault, as a fleet has)."""
+    docs = {f"node{i:05d}": healthy_h100() for i in range(nodes)}
+    docs["node00000"]["gpus"][3]["ecc"]["volatile"]["uncorrected"] = 4
+    facts = write_facts(folder / "facts", **docs)
     reports = folder / "reports"
     argv = [
         sys.executable,
@@ -85,13 +109,32 @@ def suite(nodes: int, folder: Path, count: int) -> tuple[Run, int, int, int]:
         *workers(count),
     ]
     run = timed(argv, folder)
-    if run.rc != 0:
+    if run.rc != 1 or "1 FAIL" not in run.output:  # exactly node00000 fails
         raise SystemExit(
-            f"the suite failed on {nodes} nodes (exit {run.rc}):\n{run.output[-3000:]}"
+            f"unexpected suite run on {nodes} nodes (exit {run.rc}):\n{run.output[-3000:]}"
         )
     tests = int(ET.parse(reports / "junit.xml").getroot().find("testsuite").get("tests"))
-    files = [p for p in reports.rglob("*") if p.is_file()]
-    return run, tests, sum(p.stat().st_size for p in files), len(files)
+    allure, disk, files = sizes(reports / "allure-results")
+    return run, Reports(tests, allure, disk, files, sizes(reports)[0])
+
+
+def html(folder: Path) -> str:
+    """`make report` on the run's results, then the page opened in headless Chromium."""
+    from selftest.testbed.htmlreport import chromium, make_report, serve
+
+    started = time.monotonic()
+    index = make_report(folder / "reports")
+    generated = time.monotonic() - started
+    size, _, files = sizes(index.parent)
+    with serve(index.parent) as url:
+        started = time.monotonic()
+        dom = chromium(url, "--dump-dom", timeout=1800)
+        loaded = time.monotonic() - started
+    shown = "metadata-item-key" in dom and "test_ecc_errors[node00000-gpu3]" in dom
+    return (
+        f"HTML: generated in {generated:.0f} s, {size / 1e6:.1f} MB in {files} files, "
+        f"settled in Chromium in {loaded:.1f} s, summary and failed test shown: {shown}"
+    )
 
 
 def floor(tests: int, folder: Path, count: int) -> Run:
@@ -110,28 +153,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="16,64,256", help="fleet sizes, comma-separated")
     parser.add_argument("-n", "--workers", type=int, default=1, help="pytest-xdist workers")
+    parser.add_argument("--html", action="store_true", help="render and open the HTML report")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
     print(
         f"gpuhealth offline judging vs bare pytest; {platform.python_version()}, "
         f"{os.cpu_count()} CPUs, -n {args.workers}"
     )
     print(
         f"{'nodes':>6} {'tests':>7} {'suite s':>8} {'floor s':>8} {'ratio':>6} {'RSS MB':>7} "
-        f"{'reports MB':>10} {'files':>7} {'files/node':>10} {'ms/node':>8}"
+        f"{'floor RSS':>9} {'Allure MB/128 nodes':>19} {'on disk':>7} {'files/node':>10} "
+        f"{'ms/node':>7}"
     )
-    for nodes in sizes:
-        with tempfile.TemporaryDirectory(prefix=f"gpuhealth-scale-{nodes}-") as tmp:
-            folder = Path(tmp)
-            (folder / "floor").mkdir()
-            run, tests, size, files = suite(nodes, folder, args.workers)
-            bare = floor(tests, folder / "floor", args.workers)
-        print(
-            f"{nodes:>6} {tests:>7} {run.seconds:>8.1f} {bare.seconds:>8.1f} "
-            f"{run.seconds / bare.seconds:>6.2f} {run.rss_mb:>7.0f} {size / 1e6:>10.1f} "
-            f"{files:>7} {files / nodes:>10.1f} {1000 * run.seconds / nodes:>8.0f}",
-            flush=True,
-        )
+    with tempfile.TemporaryDirectory(prefix="gpuhealth-scale-") as tmp:
+        for nodes in [int(s) for s in args.sizes.split(",")]:
+            folder = Path(tmp) / str(nodes)
+            (folder / "floor").mkdir(parents=True)
+            run, reports = suite(nodes, folder, args.workers)
+            bare = floor(reports.tests, folder / "floor", args.workers)
+            per128 = 128 / nodes / 1e6
+            print(
+                f"{nodes:>6} {reports.tests:>7} {run.seconds:>8.1f} {bare.seconds:>8.1f} "
+                f"{run.seconds / bare.seconds:>6.2f} {run.rss_mb:>7.0f} {bare.rss_mb:>9.0f} "
+                f"{reports.allure_bytes * per128:>19.1f} {reports.allure_disk * per128:>7.1f} "
+                f"{reports.allure_files / nodes:>10.1f} {1000 * run.seconds / nodes:>7.0f}",
+                flush=True,
+            )
+            if args.html:
+                print(f"       {html(folder)}", flush=True)
 
 
 if __name__ == "__main__":
