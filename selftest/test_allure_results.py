@@ -278,3 +278,20 @@ def test_junit_is_streamed_as_pytest_writes_it_and_survives_hostile_text(tmp_pat
     assert failure.get("message").startswith('n2 gpu3: "4 > 0" & <x>#x00#x1B[31m#xD800 done')
     assert cases[2].find("skipped").get("type") == "pytest.skip"
     assert [p.name for p in path.parent.iterdir()] == ["junit.xml"]  # no spool left behind
+
+
+@pytest.mark.suite
+def test_a_large_report_is_rendered_as_a_folder_the_browser_loads_in_pieces(tmp_path):
+    """Above SINGLE_FILE_MAX tests `make report` writes Allure's folder form (one HTML file
+    would be ~90 MB per 128 nodes); below it, the single file that opens from disk."""
+    facts, inventory = faulty_fleet(tmp_path)
+    run_suite(tmp_path / "r", "--facts", str(facts), "--inventory", str(inventory))
+    make = ["make", "-s", "-C", str(REPO), "report", f"REPORTS={tmp_path / 'r'}"]
+    folder = subprocess.run([*make, "SINGLE_FILE_MAX=10"], capture_output=True, text=True)
+    assert folder.returncode == 0, folder.stderr
+    report = tmp_path / "r" / "allure-report"
+    assert (report / "index.html").is_file() and (report / "data" / "test-results").is_dir()
+    assert f"serve it: python3 -m http.server -d {report}" in folder.stdout
+    single = subprocess.run(make, capture_output=True, text=True)
+    assert single.returncode == 0, single.stderr
+    assert sorted(p.name for p in report.iterdir() if p.is_dir()) == []
