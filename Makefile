@@ -9,7 +9,7 @@ TOOLS  := .tools
 PYTEST_ARGS ?=
 APT_PACKAGES := python3 python3-venv gcc make nodejs npm openssl
 
-.PHONY: deps venv check report test fuzz lint clean
+.PHONY: deps venv check report test bench fuzz lint clean
 
 deps:
 	@missing=""; \
@@ -40,18 +40,26 @@ $(TOOLS)/node_modules/.bin/allure: | deps
 	mkdir -p $(TOOLS)
 	npm install --silent --no-audit --no-fund --prefix $(TOOLS) allure@3 >/dev/null
 
-# Render $(REPORTS)/allure-results as one self-contained HTML file (Allure 3 from npm, offline)
-# that opens from disk, grouped host > check family > GPU. The bed's end-to-end test renders
-# its report with this target too (REPORTS=<its reports dir>).
+# Render $(REPORTS)/allure-results with Allure 3 (from npm, offline), grouped host > check
+# family > GPU. Up to SINGLE_FILE_MAX tests (~150 nodes) as one self-contained HTML file that
+# opens from disk; above that as a folder the browser loads piece by piece (one file would be
+# ~90 MB per 128 nodes and take seconds per MB to open): serve it, e.g. with
+# `python3 -m http.server -d reports/allure-report`. The bed's end-to-end test renders its
+# report with this target too (REPORTS=<its reports dir>).
 REPORTS ?= reports
+SINGLE_FILE_MAX ?= 20000
 report: $(TOOLS)/node_modules/.bin/allure
 	@if [ -d $(REPORTS)/allure-results ]; then \
+	  tests=$$(find $(REPORTS)/allure-results -name '*-result.json' | wc -l); \
+	  form=--single-file; [ $$tests -le $(SINGLE_FILE_MAX) ] || form=; \
 	  rm -rf $(REPORTS)/allure-report && \
 	  $(TOOLS)/node_modules/.bin/allure awesome $(REPORTS)/allure-results \
 	    --config $(CURDIR)/allurerc.json \
-	    -o $(REPORTS)/allure-report --single-file --report-name gpuhealth \
+	    -o $(REPORTS)/allure-report $$form --report-name gpuhealth \
 	    --group-by parentSuite,suite,subSuite >/dev/null && \
-	  echo "HTML report: $(abspath $(REPORTS))/allure-report/index.html"; \
+	  echo "HTML report: $(abspath $(REPORTS))/allure-report/index.html" && \
+	  if [ -z "$$form" ]; then echo "($$tests tests: a folder; serve it:" \
+	    "python3 -m http.server -d $(abspath $(REPORTS))/allure-report)"; fi; \
 	else echo "no $(REPORTS)/allure-results yet: run make check first"; fi
 
 lint: venv
@@ -66,6 +74,15 @@ lint: venv
 test: venv lint
 	@rc=0; $(BIN)/pytest -c selftest/pytest.ini selftest -m "not bed" -n auto $(PYTEST_ARGS) || rc=$$?; \
 	$(BIN)/pytest -c selftest/pytest.ini selftest -m bed -s $(PYTEST_ARGS) || rc=$$?; exit $$rc
+
+# The health suite live on a test bed of BENCH_NODES SSH nodes (root; ~6 min at 32 on 2 CPUs):
+# -n 1/2/4 from cold, with open ssh masters and with none, then playbooks/collect.yml
+# (forks 5, 32) and offline judging of its documents. Every run is held to the bed's known
+# verdicts and one probe per host; prints one table. BENCH_ARGS='--repeat 3' for medians.
+BENCH_NODES ?= 32
+BENCH_ARGS ?=
+bench: venv
+	$(BIN)/python bench/bed_scale.py --nodes $(BENCH_NODES) $(BENCH_ARGS)
 
 # A longer fuzz campaign for nights: fresh random cases, FUZZ_EXAMPLES per target (make test
 # runs 700 fixed ones). A failure prints the minimal input: make it a test in
