@@ -129,6 +129,7 @@ class RunState:
     allure: AllureResults | None = None
     junit: JUnitResults | None = None
     records: dict[str, dict[str, Any]] = field(default_factory=dict)  # by test id; see record()
+    levels: dict[Any, str | None] = field(default_factory=dict)  # test function -> its level
     _host: HostState | None = None
     book: reporting.VerdictBook = field(default_factory=reporting.VerdictBook)
 
@@ -498,10 +499,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     state = item.config.stash.get(_STATE, None)
     if state is None:
         return
-    marker = item.get_closest_marker("level")
-    current = item.config.option.level
-    if marker is not None and not level_allows(current, marker.args[0]):
-        pytest.skip(f"not run at level {current} (use --level {marker.args[0]})")
+    function = getattr(item, "function", None)
+    if function not in state.levels:  # the same for every test of a function: look once
+        marker = item.get_closest_marker("level")
+        state.levels[function] = None if marker is None else str(marker.args[0])
+    needed = state.levels[function]
+    current = state.level
+    if needed is not None and not level_allows(current, needed):
+        pytest.skip(f"not run at level {current} (use --level {needed})")
     RUNNING.subject = None
     slot = _slot_of(item)
     if slot is not None:
