@@ -165,8 +165,8 @@ def main() -> None:
         f"{'ms/node':>7}"
     )
     with tempfile.TemporaryDirectory(prefix="gpuhealth-scale-") as tmp:
-        for nodes in [int(s) for s in args.sizes.split(",")]:
-            folder = Path(tmp) / str(nodes)
+        for index, nodes in enumerate(int(s) for s in args.sizes.split(",")):
+            folder = Path(tmp) / f"{index}-{nodes}"  # a size may be given twice
             (folder / "floor").mkdir(parents=True)
             run, reports = suite(nodes, folder, args.workers)
             bare = floor(reports.tests, folder / "floor", args.workers)
