@@ -676,7 +676,8 @@ def judge(name: str, slot: Slot | Subject) -> None:
     chk = registry.check(name)
     if not subject.host.attached:  # the facts document, once per host (in its first test)
         subject.host.attached = True
-        subject.host.state.attach(item, f"facts {view.host}.json", json.dumps(view.facts), "json")
+        facts = json.dumps(view.facts, indent=1)  # read by people in the report
+        subject.host.state.attach(item, f"facts {view.host}.json", facts, "json")
     finding = evaluate(chk, view, index)
     result = finding.result
     found = record(item)
