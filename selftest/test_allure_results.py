@@ -11,6 +11,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import SimpleNamespace
 
 import attr
 import pytest
@@ -295,3 +296,51 @@ def test_a_large_report_is_rendered_as_a_folder_the_browser_loads_in_pieces(tmp_
     single = subprocess.run(make, capture_output=True, text=True)
     assert single.returncode == 0, single.stderr
     assert sorted(p.name for p in report.iterdir() if p.is_dir()) == []
+
+
+def test_a_test_whose_worker_crashed_or_that_never_ended_is_still_reported(tmp_path):
+    """xdist reports a test whose worker died with when "???" and no teardown; a run cut
+    short leaves a test without one: both must still be in JUnit and Allure, not vanish."""
+    from gpuhealth.plugin import RunState
+    from gpuhealth.reporter import Reporter
+
+    state = RunState(
+        config=SimpleNamespace(option=SimpleNamespace(level="quick")),  # type: ignore[arg-type]
+        targets={},
+        profiles=None,  # type: ignore[arg-type]
+        verdicts=tmp_path / "verdicts.json",
+        facts_dir=tmp_path / "facts",
+        allure=AllureResults(tmp_path / "allure", clean=False, background=False),
+        junit=JUnitResults(tmp_path / "junit.xml", "gpuhealth"),
+    )
+    reporter = Reporter(state)
+    crashed = pytest.TestReport(
+        "tests/test_gpu.py::test_power[n1-gpu0]",
+        ("x", None, "x"),
+        {},
+        "failed",
+        "worker 'gw0' crashed while running it",
+        "???",
+    )
+    reporter.pytest_runtest_logreport(crashed)
+    started = pytest.TestReport(
+        "tests/test_gpu.py::test_power[n1-gpu1]",
+        ("x", None, "x"),
+        {},
+        "passed",
+        None,
+        "setup",
+        start=1.0,
+        stop=1.5,
+    )
+    reporter.pytest_runtest_logreport(started)
+    reporter.pytest_sessionfinish(None)  # type: ignore[arg-type]
+    cases = {c.get("name"): c for c in ET.parse(tmp_path / "junit.xml").getroot().iter("testcase")}
+    assert "crashed while running it" in cases["test_power[n1-gpu0]"].find("error").get("message")
+    assert "the run ended before the test did" in cases["test_power[n1-gpu1]"].find("error").get(
+        "message"
+    )
+    found = results(tmp_path / "allure")
+    assert {found[n]["status"] for n in ("test_power[n1-gpu0]", "test_power[n1-gpu1]")} == {
+        "broken"
+    }

@@ -9,6 +9,7 @@ table first in the terminal summary, before pytest's own failure listing.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -62,7 +63,8 @@ class Reporter:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         pending = self._pending.get(report.nodeid)
         if pending is None:
-            pending = self._pending[report.nodeid] = _Pending(int(report.start * 1000))
+            started = report.start or time.time()  # xdist's report of a crashed worker has none
+            pending = self._pending[report.nodeid] = _Pending(int(started * 1000))
         if not pending.when and not report.passed:
             pending.when, pending.skipped = report.when, report.skipped
             if report.skipped:
@@ -72,16 +74,21 @@ class Reporter:
                 pending.trace = report.longreprtext
                 crash = getattr(report.longrepr, "reprcrash", None)
                 pending.crash = getattr(crash, "message", "") or _last_line(pending.longrepr)
-        if report.when != "teardown":
+        if report.when in ("setup", "call"):
             return
-        del self._pending[report.nodeid]
+        # Its teardown, or xdist's report (when "???") of a test whose worker crashed.
         props: dict[str, Any] = report.__dict__.pop("gpuhealth", None) or {}
-        self._verdict(report.nodeid, props, pending)
+        self._finish(report.nodeid, report.stop or time.time(), props)
+
+    def _finish(self, nodeid: str, stop: float, props: dict[str, Any]) -> None:
+        """A test is over: its verdict, Allure result and JUnit test case."""
+        pending = self._pending.pop(nodeid)
+        self._verdict(nodeid, props, pending)
         if self.state.allure is not None:
-            self.state.allure.write(_case(report, props, pending))
+            self.state.allure.write(_case(nodeid, int(stop * 1000), props, pending))
         if self.state.junit is not None:
-            seconds = max(0.0, report.stop - pending.start_ms / 1000)
-            self.state.junit.case(report.nodeid, seconds, *_junit(pending))
+            seconds = max(0.0, stop - pending.start_ms / 1000)
+            self.state.junit.case(nodeid, seconds, *_junit(pending))
 
     def _verdict(self, nodeid: str, props: dict[str, Any], pending: _Pending) -> None:
         if "fleet" in props:
@@ -125,6 +132,11 @@ class Reporter:
     # ------------------------------------------------------------ the end
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        for nodeid, pending in list(self._pending.items()):  # cut short (^C, a lost worker)
+            if not pending.when:
+                pending.when, pending.crash = "teardown", "the run ended before the test did"
+                pending.longrepr = pending.crash
+            self._finish(nodeid, time.time(), {})
         for name in self.state.targets:
             self.book.node(name)
         self.verdicts = self.book.finish()
@@ -214,14 +226,14 @@ def _outcome(check: str, host: str, gpu: int | None, props: dict[str, Any]) -> r
     )
 
 
-def _case(report: pytest.TestReport, props: dict[str, Any], pending: _Pending) -> Case:
+def _case(nodeid: str, stop_ms: int, props: dict[str, Any], pending: _Pending) -> Case:
     """The Allure result of a finished test: suites host > family > GPU, and the labels a
     fleet is filtered by (check, severity, profile, GPU serial and UUID)."""
-    name = report.nodeid.rpartition("::")[2]
-    check = _check_of(report.nodeid)
+    name = nodeid.rpartition("::")[2]
+    check = _check_of(nodeid)
     chk = registry.checks().get(check)
     host, gpu = props.get("host"), props.get("gpu")
-    family = report.nodeid.partition("::")[0].rpartition("/")[2]
+    family = nodeid.partition("::")[0].rpartition("/")[2]
     labels = [
         ("parentSuite", host or "fleet"),
         ("suite", chk.group if chk else family.removeprefix("test_").removesuffix(".py")),
@@ -245,13 +257,13 @@ def _case(report: pytest.TestReport, props: dict[str, Any], pending: _Pending) -
     attachments = props.get("attachments") or []
     status, message, trace = _allure_status(props, pending)
     return Case(
-        nodeid=report.nodeid,
+        nodeid=nodeid,
         name=name,
         status=status,
         message=message,
         trace=trace,
         start_ms=pending.start_ms,
-        stop_ms=int(report.stop * 1000),
+        stop_ms=stop_ms,
         labels=labels,
         parameters=params,
         description=chk.summary if chk else "",
