@@ -8,8 +8,8 @@ family, severity, profile, GPU serial) when a test ends, so the controller write
 once, in the format of allure-commons' model (what Allure 2 and 3 read), and allure-pytest
 only parses `--alluredir` / `--clean-alluredir`.
 
-Creating a file costs this machine 40-350 us (ext4; more while earlier writes are flushed),
-about what pytest spends on a whole trivial test. So the controller hands the files to a
+Creating a file costs this machine 40-500 us (ext4; the most soon after many files were
+deleted), about what pytest spends on a whole trivial test. So the controller hands the files to a
 writer process (gpuhealth.allure_writer; a thread would fight the suite for the GIL) through
 a pipe and goes on; `close` waits for it. A folder to clean is renamed away at once and
 deleted by the writer at the end.

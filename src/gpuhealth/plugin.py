@@ -469,15 +469,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     names = list(state.targets)
     if "gpu" in metafunc.fixturenames:
-        slots = [Slot(h, i) for h in names for i in range(state.targets[h].gpu_slots)]
-        metafunc.parametrize("gpu", slots, ids=[_gpu_id(s.host, s.index or 0) for s in slots])
+        pairs = [(h, i) for h in names for i in range(state.targets[h].gpu_slots)]
+        slots = [Slot(h, i) for h, i in pairs]
+        metafunc.parametrize("gpu", slots, ids=[_gpu_id(h, i) for h, i in pairs])
     elif "node" in metafunc.fixturenames:
         metafunc.parametrize("node", [Slot(h, None) for h in names], ids=names)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run each host's tests together (so each host is probed once, then its facts freed),
-    and label every test with its host (and GPU) before anything can fail."""
+    """Run each host's tests together (so each host is probed once, then its facts freed:
+    last, after any plugin that reorders tests), and label every test with its host (and
+    GPU) before anything can fail."""
     state = config.stash.get(_STATE, None)
     if state is None:
         return

@@ -108,7 +108,7 @@ class Reporter:
         elif pending.when == "setup" and pending.skipped:  # e.g. a load test below its level
             self.book.add(reporting.Outcome(check, "SKIP", host, gpu, pending.longrepr, host))
         elif "status" in props:
-            self.book.add(_outcome(check, host, gpu, props))
+            self.book.add(reporting.Outcome.of(_finding(props)))
 
     def _fleet(self, findings: list[dict[str, Any]]) -> None:
         """A test of the whole host set (multi-node NCCL) gives each node its own part."""
@@ -210,19 +210,6 @@ def _finding(props: dict[str, Any]) -> Finding:
         props.get("gpu"),
         props.get("label", host),
         result,
-    )
-
-
-def _outcome(check: str, host: str, gpu: int | None, props: dict[str, Any]) -> reporting.Outcome:
-    return reporting.Outcome(
-        check=check,
-        status=props["status"],
-        host=host,
-        gpu=gpu,
-        message=props.get("message", ""),
-        label=props.get("label", host),
-        action=props.get("action") or "NONE",
-        advice=props.get("advice") or None,
     )
 
 
