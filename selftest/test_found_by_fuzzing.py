@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from gpuhealth import cli
+from gpuhealth.documents import FactsError, validated
 from gpuhealth.families.dcgm import parse_dcgm
 from gpuhealth.families.fabric import parse_fi_info, parse_rdma
 from gpuhealth.families.gpu import parse_nvlink, parse_smi_text, parse_smi_xml
@@ -414,3 +415,75 @@ def test_a_label_no_nvidia_smi_prints_is_refused_before_paths_repeat_it():
     )
     with pytest.raises(ParseError, match="a label of 100000 characters"):
         parse_smi_text.parse(text)
+
+
+# Found by reviewing the change: verdicts on data that is missing, unknown or impossible.
+
+
+def test_a_legacy_log_whose_error_column_is_all_na_is_not_validated():
+    text = (DATA / "nccl-tests" / "nccltests_issue37_8xV100_all_gather_legacy.txt").read_text()
+    text = text.replace("1e+00", "N/A")  # the error column: nothing validated
+    text = text.replace(": 2 FAILED", ": 0 OK")
+    facts = {"source": "evidence-file", "nccl": nccl_section(text)}
+    assert all(row["out_of_place"]["max_error"] is None for row in facts["nccl"]["run"]["rows"])
+    result = judge("nccl_data_integrity", facts)
+    assert result.status.value == "SKIP" and "not validated" in result.text
+
+
+def test_a_lone_wrong_na_is_a_log_to_read_again_not_a_gpu_to_drain():
+    text = NCCL_ONE_NODE.read_text().replace("382.99      0", "382.99    N/A", 1)
+    result = judge("nccl_data_integrity", {"source": "evidence-file", "nccl": nccl_section(text)})
+    assert (result.status.value, result.action.value) == ("FAIL", "RERUN")
+    assert "data corruption" not in result.text
+
+
+def test_a_narrow_link_is_judged_even_while_an_idle_gpu_lowers_its_speed():
+    facts = healthy_h100()
+    gpu = facts["gpus"][0]
+    gpu["pcie"].update(gen_current=1, width_current=8)
+    gpu["clock_event_reasons"]["active"] = ["gpu_idle"]
+    result = judge("pcie_link", facts, 0, profile="default")
+    assert result.status.value == "WARN" and "PCIe link x8 of x16" in result.text
+
+
+def test_an_unreported_link_generation_is_not_passed():
+    facts = healthy_h100()
+    facts["gpus"][0]["pcie"]["gen_current"] = None
+    result = judge("pcie_link", facts, 0, profile="default")
+    assert result.status.value == "FAIL" and "PCIe link generation not reported" in result.text
+
+
+def test_an_ecc_group_that_is_unsupported_as_a_whole_skips_or_fails_the_requirement():
+    facts = healthy_h100()
+    gpu = facts["gpus"][0]
+    gpu["ecc"]["aggregate"] = None
+    gpu["ecc"]["unavailable"] = {"aggregate": {"kind": "not_supported", "detail": "N/A"}}
+    assert judge("ecc_errors", facts, 0, require_ecc=False).status.value == "SKIP"
+    result = judge("ecc_errors", facts, 0)  # h100-sxm requires ECC
+    assert (result.status.value, result.action.value) == ("FAIL", "FIX_CONFIG")
+
+
+def test_an_unreadable_clock_reason_is_not_hidden_by_an_unsupported_one():
+    facts = healthy_h100()
+    reasons = facts["gpus"][0]["clock_event_reasons"]
+    reasons["unavailable"] = {
+        "hw_thermal_slowdown": {"kind": "not_supported", "detail": "N/A"},
+        "hw_power_brake_slowdown": {"kind": "error", "detail": "cannot read it"},
+    }
+    result = judge("throttle", facts, 0)
+    assert (result.status.value, result.action.value) == ("FAIL", "RERUN")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("retired_pages", {"single_bit": -100, "double_bit": 5, "pending": False}),
+        ("pcie", {"gen_current": 5, "gen_max": 5, "width_current": -16, "width_max": 16}),
+        ("performance_state", "fast"),
+    ],
+)
+def test_impossible_gpu_values_are_refused_not_judged(field, value):
+    doc = healthy_h100()
+    doc["gpus"][0][field] = value
+    with pytest.raises(FactsError, match=field):
+        validated(doc, "a test document")

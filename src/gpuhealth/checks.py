@@ -187,6 +187,19 @@ def missing(record: Record | None, key: str, what: str, required: bool = False) 
     )
 
 
+# Which null weighs most when several are: a failed read, then an unsupported field, then
+# one a saved log does not hold.
+_WORST = {"error": 0, "timeout": 0, "not_supported": 1, "absent": 2}
+
+
+def missing_any(
+    record: Record | None, keys: list[str], what: str, required: bool = False
+) -> Result:
+    """`missing` for several null keys of one record, judged by the worst reason among them."""
+    worst = min(keys, key=lambda key: _WORST[reason(record, key)["kind"]])
+    return missing(record, worst, what, required)
+
+
 def detail(record: Record | None, key: str) -> str:
     """Why record[key] is null, in words, for messages that only report it."""
     return reason(record, key)["detail"]

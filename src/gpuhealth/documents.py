@@ -60,13 +60,13 @@ class GpuRecord(_Record):
     temp_slowdown_c: Number | None = None
     power_draw_w: Number | None = None
     power_limit_w: Number | None = None
-    performance_state: StrictStr | None = None
+    performance_state: Annotated[StrictStr, Field(pattern=r"^P([0-9]|1[0-5])$")] | None = None
     utilization_gpu_pct: Annotated[StrictInt, Field(ge=0, le=100)] | None = None
     recovery_action: StrictInt | None = None
     ecc: dict[str, EccGroup | None] | None = None
-    retired_pages: dict[str, StrictInt | StrictBool | None] | None = None
-    remapped_rows: dict[str, StrictInt | StrictBool | None] | None = None
-    pcie: dict[str, StrictInt | None] | None = None
+    retired_pages: dict[str, Count | StrictBool | None] | None = None
+    remapped_rows: dict[str, Count | StrictBool | None] | None = None
+    pcie: dict[str, Count | None] | None = None
     nvlink: list[dict[str, Any]] | None = None
     processes: list[dict[str, Any]] | None = None
     unavailable: dict[str, dict[str, Any]] = {}

@@ -12,6 +12,7 @@ from gpuhealth.checks import (
     StopCheck,
     detail,
     missing,
+    missing_any,
     need,
     require_nvidia,
 )
@@ -214,11 +215,12 @@ def ecc_errors(node: NodeView, gpu: dict[str, Any]) -> Result:
     for (scope, kind), limit in limits.items():
         if limit is None:
             continue
-        group = ecc.get(scope) or {}
-        value = group.get(kind)
-        if value is None:
-            unknown.append(f"{scope} {kind} count unknown ({detail(group, kind)})")
-            kinds.add(reason(group, kind)["kind"])
+        group = ecc.get(scope)
+        value = None if group is None else group.get(kind)
+        if value is None:  # a whole group can be null, its reason then on the ECC record
+            where, key = (ecc, scope) if group is None else (group, kind)
+            unknown.append(f"{scope} {kind} count unknown ({detail(where, key)})")
+            kinds.add(reason(where, key)["kind"])
         elif value > limit:
             problems.append(f"{scope} {kind} ECC errors {value} > {limit}")
             uncorrected = uncorrected or kind == "uncorrected"
@@ -235,6 +237,12 @@ def ecc_errors(node: NodeView, gpu: dict[str, Any]) -> Result:
         )
     if unknown and (kinds == {"absent"} or (kinds == {"not_supported"} and not lim.require_ecc)):
         return skipped(f"not evaluated: {'; '.join(unknown)}")
+    if unknown and kinds == {"not_supported"}:
+        return failed(
+            f"{'; '.join(unknown)}, but the profile requires ECC",
+            Action.FIX_CONFIG,
+            "update the driver, or set require_ecc to false",
+        )
     if unknown:  # a count nobody could read is not a count of zero
         return failed(
             "; ".join(unknown),
@@ -251,10 +259,9 @@ def ecc_errors(node: NodeView, gpu: dict[str, Any]) -> Result:
 def retired_pages(node: NodeView, gpu: dict[str, Any]) -> Result:
     """No page retirement pending, and retired pages below the RMA limit (pre-Ampere GPUs)."""
     pages = need(gpu, "retired_pages", "page retirement (GPUs before Ampere)")
-    pending = pages.get("pending")
     values = {key: pages.get(key) for key in ("single_bit", "double_bit", "pending")}
     total = sum(values[key] or 0 for key in ("single_bit", "double_bit"))
-    if pending:
+    if values["pending"]:
         return failed(
             f"page retirement pending ({total} pages retired)",
             Action.RESET_GPU,
@@ -343,7 +350,7 @@ def throttle(node: NodeView, gpu: dict[str, Any]) -> Result:
     # A reason with no reading is unknown: "not active" would be a claim without evidence.
     unknown = [r for r in _HARD_REASONS if r in unread]
     if unknown:
-        return missing(reasons, unknown[0], f"clock event reason {', '.join(unknown)}")
+        return missing_any(reasons, unknown, f"clock event reason {', '.join(unknown)}")
     soft = [r for r in _SOFT_REASONS if r in active]
     if soft:
         return warned(
@@ -351,7 +358,7 @@ def throttle(node: NodeView, gpu: dict[str, Any]) -> Result:
         )
     unknown = [r for r in _SOFT_REASONS if r in unread]
     if unknown:
-        return missing(reasons, unknown[0], f"clock event reason {', '.join(unknown)}")
+        return missing_any(reasons, unknown, f"clock event reason {', '.join(unknown)}")
     return passed(f"no slowdown active ({', '.join(active) or 'none'})")
 
 
@@ -421,7 +428,17 @@ def pcie_link(node: NodeView, gpu: dict[str, Any]) -> Result:
             return failed(f"PCIe link {what} not reported", Action.RERUN)
         if value < wanted:
             return failed(f"PCIe link {shortfall}", Action.INSPECT, _RESEAT)
-    if gen is not None and gen_max is not None and gen < gen_max:
+    if want_gen is None and want_width is None:
+        if width is None or width_max is None:  # the trained width cannot be vouched for
+            return failed(
+                f"PCIe link width not reported (current x{width}, max x{width_max})",
+                Action.RERUN,
+            )
+        if width < width_max:
+            return warned(f"PCIe link x{width} of x{width_max}", Action.INSPECT, _RESEAT)
+    if gen is None or gen_max is None:  # the pcie record holds no reasons: a failed read
+        return failed(f"PCIe link generation not reported (gen{gen} of gen{gen_max})", Action.RERUN)
+    if gen < gen_max:
         load = _load(gpu)
         if load is None:
             return passed(
@@ -435,14 +452,6 @@ def pcie_link(node: NodeView, gpu: dict[str, Any]) -> Result:
                 _RESEAT,
             )
         return passed(f"PCIe gen{gen} (idle; gen{gen_max} capable) x{width}")
-    if want_gen is None and want_width is None:
-        if width is None or width_max is None:  # the trained width cannot be vouched for
-            return failed(
-                f"PCIe link width not reported (current x{width}, max x{width_max})",
-                Action.RERUN,
-            )
-        if width < width_max:
-            return warned(f"PCIe link x{width} of x{width_max}", Action.INSPECT, _RESEAT)
     return passed(f"PCIe gen{gen} x{width}")
 
 

@@ -181,11 +181,15 @@ def nccl_data_integrity(node: NodeView) -> Result:
     if oob.get("count") or oob.get("ok") is False:
         problems.append(f"Out of bounds values: {oob.get('count')} FAILED")
     problems += [f"the log says FAILED: {line!r}" for line in run.get("failed_lines") or []]
-    mixed = _lone_not_validated(run["rows"])
-    if mixed:
-        problems.append(f"#wrong N/A {mixed} where the other sizes were validated (garbled?)")
     if problems:
         return failed(f"data corruption: {'; '.join(problems)}", Action.DRAIN, _CORRUPTION_ACTION)
+    mixed = _lone_not_validated(run["rows"])
+    if mixed:  # says nothing about the GPUs, and nothing was checked there
+        return failed(
+            f"#wrong N/A {mixed} where the other sizes were validated: a garbled or edited log?",
+            Action.RERUN,
+            "read the attached log; re-run the sweep",
+        )
     gap = run.get("sweep_gap")
     if run.get("rows_elided") or (gap and run.get("elided")):
         return skipped("not evaluated: the excerpt elides rows of the sweep (`...`)")
@@ -217,13 +221,14 @@ def nccl_data_integrity(node: NodeView) -> Result:
         if node.from_evidence:
             return skipped(f"not evaluated: {text}")
         return failed(text, Action.RERUN, "read the attached log; re-run the sweep")
-    legacy = any("max_error" in (row.get("out_of_place") or {}) for row in run["rows"])
-    if not checked and legacy and oob.get("ok") is True:
+    errors = [(row.get("out_of_place") or {}).get("max_error", False) for row in run["rows"]]
+    legacy = any(error is not False for error in errors)  # the `error` column of before 2.10
+    if not checked and legacy and oob.get("ok") is True and any(e is not None for e in errors):
         # Before 2.10 nccl-tests had no #wrong count: the out-of-bounds line is the verdict.
         checked_by = "Out of bounds values: 0 OK (nccl-tests before 2.10: no #wrong column)"
     elif not checked:
         why = (
-            "it has no #wrong column and no out-of-bounds verdict"
+            "it has no #wrong column, and no out-of-bounds verdict or no row it checked"
             if legacy
             else ("#wrong is N/A in every row (nccl-tests ran with -c 0)")
         )
@@ -242,19 +247,14 @@ def _lone_not_validated(rows: list[dict[str, Any]]) -> str:
     nccl-tests leaves a whole column unvalidated (-c 0, in-place alltoall), never one row."""
     found = []
     for place in ("out_of_place", "in_place"):
-        marks = [((row.get(place) or {}).get("wrong"), row["size"]) for row in rows]
-        if any(count is not None for count, _ in marks):
+        column = [(row[place].get("wrong"), row["size"]) for row in rows if row.get(place)]
+        if any(count is not None for count, _ in column):
             found += [
                 f"at {size_text(size)} {place.replace('_', '-')}"
-                for count, size in marks
-                if count is None and row_has(rows, size, place)
+                for count, size in column
+                if count is None
             ]
     return ", ".join(found[:4])
-
-
-def row_has(rows: list[dict[str, Any]], size: int, place: str) -> bool:
-    """Whether the row of `size` has a `place` record at all (in-place may be absent)."""
-    return any(row["size"] == size and row.get(place) is not None for row in rows)
 
 
 def set_node_count(facts: dict[str, Any], nodes: int | None) -> None:
