@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gpuhealth import cli
-from gpuhealth.documents import FactsError, validated
+from gpuhealth.documents import FactsError, load_facts, validated
 from gpuhealth.families.dcgm import parse_dcgm
 from gpuhealth.families.fabric import parse_fi_info, parse_rdma
 from gpuhealth.families.gpu import parse_nvlink, parse_smi_text, parse_smi_xml
@@ -487,3 +487,10 @@ def test_impossible_gpu_values_are_refused_not_judged(field, value):
     doc["gpus"][0][field] = value
     with pytest.raises(FactsError, match=field):
         validated(doc, "a test document")
+
+
+def test_a_saved_facts_file_that_is_a_fifo_is_refused_instead_of_blocking(tmp_path):
+    fifo = tmp_path / "n1.json"
+    os.mkfifo(fifo)
+    with pytest.raises(FactsError, match="not a regular file"):
+        load_facts(fifo)

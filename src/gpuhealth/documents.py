@@ -130,12 +130,22 @@ def validated(doc: Any, where: str) -> dict[str, Any]:
     return doc
 
 
+def read_bounded(path: Path, limit: int) -> str:
+    """A regular file's text. Anything else raises OSError (a FIFO would block the run, a
+    device might never end), and so does a file over `limit` bytes."""
+    if not path.is_file():
+        raise OSError(f"not a regular file{'' if path.exists() else ' (it does not exist)'}")
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        text = handle.read(limit + 1)
+    if len(text) > limit:
+        raise OSError(f"larger than {limit >> 20} MiB")
+    return text
+
+
 def load_facts(path: Path) -> dict[str, Any]:
     """Read and validate a saved facts document."""
     try:
-        if path.stat().st_size > MAX_BYTES:
-            raise FactsError(f"{path}: larger than {MAX_BYTES >> 20} MiB, not a facts document")
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = read_bounded(path, MAX_BYTES)
     except OSError as exc:
         raise FactsError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     try:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuhealth import registry
+from gpuhealth.documents import read_bounded
 from gpuhealth.facts import PROBE_VERSION, SCHEMA_VERSION
 from gpuhealth.parsing import ParseError
 from gpuhealth.registry import Kind
@@ -35,14 +36,9 @@ def _read(path: Path) -> tuple[Kind, dict[str, Any]]:
     text = None
     if not path.is_dir():
         try:
-            if path.exists() and not path.is_file():  # a FIFO would block, /dev/zero never end
-                raise EvidenceError(f"{path}: not a regular file or a directory")
-            with path.open(encoding="utf-8", errors="replace") as handle:
-                text = handle.read(MAX_BYTES + 1)
+            text = read_bounded(path, MAX_BYTES)
         except OSError as exc:
             raise EvidenceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-        if len(text) > MAX_BYTES:
-            raise EvidenceError(f"{path}: larger than {MAX_BYTES >> 20} MiB")
     kind = recognise(path, text)
     if kind is None:
         known = ", ".join(k.name for k in registry.evidence_kinds())
