@@ -98,7 +98,7 @@ def _triage(args: argparse.Namespace) -> int:
             if o.advice and o.status in ("FAIL", "WARN"):
                 print(f"{'':<22} advice: {o.advice}")
         passed = sum(o.status == "PASS" for o in outcomes)
-        hidden = sum(o.status == "SKIP" and _not_evaluated(o) for o in outcomes)
+        hidden = sum(_not_evaluated(o) for o in outcomes)
         if not args.verbose and (passed or hidden):
             print(f"({passed} passed, {hidden} not evaluated for want of evidence; -v lists them)")
         print(f"verdict: {verdict}")
@@ -107,7 +107,7 @@ def _triage(args: argparse.Namespace) -> int:
 
 def _not_evaluated(outcome: reporting.Outcome) -> bool:
     """A check the evidence holds no data for (listed with -v only)."""
-    return outcome.message.startswith("not evaluated:")
+    return outcome.status == "SKIP" and outcome.message.startswith("not evaluated:")
 
 
 def probe_config(profile: str | None, root: str) -> dict[str, Any]:

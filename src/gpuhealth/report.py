@@ -251,7 +251,7 @@ def _plural(count: int, noun: str) -> str:
 @dataclass
 class FleetSummary:
     """What a fleet's run comes to, read before any single test: nodes by verdict, the worst
-    nodes (FAIL and worse) and the failed checks with how many nodes and GPUs each."""
+    nodes (NOT_CHECKED and worse) and the failed checks with how many nodes and GPUs each."""
 
     line: str
     worst: list[NodeVerdict]
