@@ -494,3 +494,76 @@ def test_a_saved_facts_file_that_is_a_fifo_is_refused_instead_of_blocking(tmp_pa
     os.mkfifo(fifo)
     with pytest.raises(FactsError, match="not a regular file"):
         load_facts(fifo)
+
+
+# Found by reviewing the node-side parsers.
+
+
+def test_a_sweep_whose_sizes_are_rounded_down_per_rank_has_no_gap():
+    """nccl-tests prints each size rounded down to whole elements per rank (24 ranks of
+    floats: multiples of 96 B), and steps from the unrounded one."""
+    header = {"min_bytes": 8, "step": 2, "step_kind": "factor"}
+    sizes = [8 << k for k in range(20)]
+    rows = [{"type": "float", "redop": "none", "size": s // 96 * 96} for s in sizes]
+    assert parse_nccl_tests._sweep_gap(header, rows) is None
+    del rows[12]  # 32 KiB missing
+    assert parse_nccl_tests._sweep_gap(header, rows) == (16320, 65472)
+
+
+def test_an_ecc_total_with_an_unknown_part_fails_on_the_parts_it_knows():
+    facts = healthy_h100()
+    group = facts["gpus"][0]["ecc"]["aggregate"]
+    group.update(uncorrected=None, dram_uncorrected=7, sram_uncorrected=None)
+    group["unavailable"] = {"uncorrected": {"kind": "not_supported", "detail": "N/A"}}
+    result = judge("ecc_errors", facts, 0, profile="default")
+    assert (result.status.value, result.action.value) == ("FAIL", "RESET_GPU")
+    assert "aggregate uncorrected ECC errors at least 7 > 0" in result.text
+
+
+def test_a_vgpu_capability_block_is_not_a_lost_gpu_header():
+    block = "vGPU Driver Capability\n        Heterogenous Multi-vGPU           : Supported\n"
+    text = H100_TEXT.replace("Attached GPUs", block + "Attached GPUs", 1)
+    assert len(parse_smi_text.parse(text)["gpus"]) == 8
+    cuda = parse_smi_text.parse(text.replace(": 12.2", ": Not Found", 1))["driver"]
+    assert cuda["unavailable"]["cuda_driver_version"]["kind"] == "not_supported"
+
+
+def test_a_footer_with_a_long_run_of_spaces_is_read_linearly():
+    """`\\s*(OK|FAILED)?\\s*$` backtracked quadratically: ~90 s on a 200 KB line."""
+    text = NCCL_ONE_NODE.read_text() + "# Out of bounds values : 0" + " " * 200_000 + "x\n"
+    with pytest.raises(ParseError, match="cannot read the footer line"):
+        parse_nccl_tests.parse(text)
+
+
+def test_dcgm_messages_nested_without_end_are_a_parse_error():
+    messages = "[" * 40 + '"x"' + "]" * 40
+    text = (
+        '{"DCGM Diagnostic": {"test_categories": [{"tests": [{"name": "m", "results": '
+        '[{"entity_group": "GPU", "entity_id": 0, "status": "Fail", "warnings": '
+        f"{messages}}}]}}]}}]}}}}"
+    )
+    with pytest.raises(ParseError, match="nested more than 8 levels"):
+        parse_dcgm.parse_diag(text)
+
+
+def test_a_dcgm_test_list_that_is_null_is_refused_not_empty():
+    with pytest.raises(ParseError, match="an entry without 'tests'"):
+        parse_dcgm.parse_diag('{"DCGM Diagnostic": {"test_categories": [{"tests": null}]}}')
+
+
+def test_an_xid_code_longer_than_any_is_unreadable_not_cut():
+    line = "[ 12.0] NVRM: Xid (PCI:0000:19:00): " + "9" * 19 + ", pid=1, name=x, msg\n"
+    (event,) = parse_kernel_log.parse(line)["events"]
+    assert event["kind"] == "unreadable"
+
+
+def test_nvidia_smi_xml_with_a_huge_tag_is_refused_before_it_costs_memory():
+    tag = "a" * 400_000
+    leaves = "".join(f"<b{i}>1</b{i}>" for i in range(20_000))
+    xml = (
+        '<?xml version="1.0"?><nvidia_smi_log><driver_version>570.1</driver_version>'
+        f'<attached_gpus>1</attached_gpus><gpu id="00000000:19:00.0"><{tag}>{leaves}</{tag}>'
+        "</gpu></nvidia_smi_log>"
+    )
+    with pytest.raises(ParseError, match="a field path of 400003 characters"):
+        parse_smi_xml.parse(xml)

@@ -49,7 +49,10 @@ def status_name(raw: Any) -> str:
     return _STATUS.get(text.lower(), text or "missing")
 
 
-def _messages(value: Any) -> List[str]:
+def _messages(value: Any, depth: int = 0) -> List[str]:
+    """The texts of a warnings/info value: a string, an object or a list of them."""
+    if depth > 8:  # DCGM nests one list; Python 3.13's JSON decoder accepts deep nesting
+        raise ParseError("dcgmi diag -j: messages nested more than 8 levels deep")
     if value is None:
         return []
     if isinstance(value, (str, int, float)):
@@ -58,11 +61,9 @@ def _messages(value: Any) -> List[str]:
         text = value.get("warning") or value.get("message") or value.get("info") or ""
         code = value.get("error_id")
         return [f"{text} (DCGM error {code})" if code is not None and text else str(text)]
-    if not isinstance(value, list):
-        return [str(value)]
     out: List[str] = []
-    for item in value:
-        out.extend(_messages(item))
+    for item in value:  # a list: the decoded JSON holds nothing else
+        out.extend(_messages(item, depth + 1))
     return [m for m in out if m]
 
 
@@ -86,7 +87,8 @@ def _gpus(result: Dict[str, Any]) -> Tuple[List[int], Optional[str]]:
 
 
 def _required(node: Dict[str, Any], key: str) -> Any:
-    if key not in node:
+    """node[key], which must be there and not null (what it held would vanish, not pass)."""
+    if node.get(key) is None:
         keys = ", ".join(sorted(map(str, node)))[:120]
         raise ParseError(f"dcgmi diag -j: an entry without {key!r} (keys: {keys})")
     return node[key]

@@ -217,7 +217,12 @@ def ecc_errors(node: NodeView, gpu: dict[str, Any]) -> Result:
             continue
         group = ecc.get(scope)
         value = None if group is None else group.get(kind)
-        if value is None:  # a whole group can be null, its reason then on the ECC record
+        # A total with an unknown part is unknown, but the parts known are its lower bound.
+        floor = sum((group or {}).get(f"{part}_{kind}") or 0 for part in ("sram", "dram"))
+        if value is None and floor > limit:
+            problems.append(f"{scope} {kind} ECC errors at least {floor} > {limit}")
+            uncorrected = uncorrected or kind == "uncorrected"
+        elif value is None:  # a whole group can be null, its reason then on the ECC record
             where, key = (ecc, scope) if group is None else (group, kind)
             unknown.append(f"{scope} {kind} count unknown ({detail(where, key)})")
             kinds.add(reason(where, key)["kind"])

@@ -26,7 +26,14 @@ PROBE_TEXT = "nvidia-smi-text"
 DEPRECATED_TEXT = "Requested functionality has been deprecated"
 
 # Strings nvidia-smi prints instead of a value when the GPU/driver does not offer it.
-_NOT_SUPPORTED_TEXTS = {"n/a", "[n/a]", "not supported", "[not supported]", "not available"}
+_NOT_SUPPORTED_TEXTS = {
+    "n/a",
+    "[n/a]",
+    "not supported",
+    "[not supported]",
+    "not available",
+    "not found",  # `CUDA Version : Not Found` on vGPU drivers
+}
 # Strings nvidia-smi prints when the query itself failed (NVML error text in brackets).
 _ERROR_TEXTS = {"unknown error", "gpu is lost", "insufficient permissions", "gpu requires reset"}
 
@@ -69,6 +76,24 @@ class RawGpu:
         self.remapped_rows = remapped_rows
         self.clock_reasons = clock_reasons
         self.processes = processes
+
+
+# What one GPU section of nvidia-smi ever holds: ~300 leaves, paths under 250 characters. A
+# leaf path repeats its ancestors' labels, so an input far outside these sizes would cost
+# memory out of all proportion to its bytes before any value is read.
+MAX_LEAF_PATH = 512
+MAX_LEAVES = 5000
+
+
+def add_leaf(leaves: Dict[str, str], path: str, value: str) -> None:
+    """leaves[path] = value unless a leaf of that path came first; ParseError outside what
+    nvidia-smi prints (see MAX_LEAVES)."""
+    if len(path) > MAX_LEAF_PATH:
+        raise ParseError(f"a field path of {len(path)} characters: {path[:60]!r}...")
+    if path not in leaves:
+        if len(leaves) >= MAX_LEAVES:
+            raise ParseError(f"more than {MAX_LEAVES} fields in one section")
+        leaves[path] = value
 
 
 def pick(leaves: Dict[str, str], table: Dict[str, Tuple[str, ...]]) -> Dict[str, str]:

@@ -17,6 +17,7 @@ from gpuhealth.families.gpu.parse_smi import (
     RawGpu,
     Section,
     Unavailable,
+    add_leaf,
     assemble,
     norm,
     pick,
@@ -146,15 +147,14 @@ def _tree(text: str) -> Tuple[_Node, Optional[int]]:
     return root, first_line
 
 
-def _leaves(node: _Node, prefix: str = "") -> Dict[str, str]:
+def _leaves(node: _Node, prefix: str = "", out: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """{"volatile/sram correctable": value} below node (labels as printed, "/"-joined)."""
-    out: Dict[str, str] = {}
+    out = {} if out is None else out
     for child in node.children:
         path = f"{prefix}{child.key}"
         if child.value is not None:
-            out.setdefault(path, child.value)
-        for key, value in _leaves(child, f"{path}/").items():
-            out.setdefault(key, value)
+            add_leaf(out, path, child.value)
+        _leaves(child, f"{path}/", out)
     return out
 
 
@@ -249,7 +249,7 @@ def parse(text: str) -> Dict[str, Any]:
         if match:
             _one_gpu(child)
             blocks.append((child, match.group("bus")))
-        elif child.children:  # nvidia-smi indents nothing below its top lines but GPU headers
+        elif child.child("Product Name", "GPU UUID", "PCI"):  # a GPU section, header lost
             raise ParseError(
                 f"line {child.line}: {child.key[:60]!r} holds an indented block but is not a "
                 "'GPU <bus id>' header (garbled?)"

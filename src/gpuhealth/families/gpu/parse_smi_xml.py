@@ -13,7 +13,15 @@ import re
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 from xml.etree import ElementTree
 
-from gpuhealth.families.gpu.parse_smi import PROBE_XML, RawGpu, Section, Unavailable, assemble, pick
+from gpuhealth.families.gpu.parse_smi import (
+    PROBE_XML,
+    RawGpu,
+    Section,
+    Unavailable,
+    add_leaf,
+    assemble,
+    pick,
+)
 from gpuhealth.parsing import ParseError
 
 # Canonical field -> paths below <gpu>, first present wins.
@@ -68,18 +76,22 @@ _FIELDS: Dict[str, Tuple[str, ...]] = {
 _MAX_DEPTH = 32
 
 
-def _leaves(elem: ElementTree.Element, prefix: str = "", depth: int = 0) -> Dict[str, str]:
+def _leaves(
+    elem: ElementTree.Element,
+    prefix: str = "",
+    depth: int = 0,
+    out: Optional[Dict[str, str]] = None,
+) -> Dict[str, str]:
     """{"a/b": text} for every leaf below elem; the first of repeated paths wins."""
     if depth > _MAX_DEPTH:
         raise ParseError(f"<{elem.tag}> is nested more than {_MAX_DEPTH} levels deep")
-    out: Dict[str, str] = {}
+    out = {} if out is None else out
     for child in elem:
         path = f"{prefix}{child.tag}"
         if len(child):
-            for key, value in _leaves(child, f"{path}/", depth + 1).items():
-                out.setdefault(key, value)
+            _leaves(child, f"{path}/", depth + 1, out)
         else:
-            out.setdefault(path, (child.text or "").strip())
+            add_leaf(out, path, (child.text or "").strip())
     return out
 
 

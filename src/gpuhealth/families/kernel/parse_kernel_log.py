@@ -60,7 +60,8 @@ _IDENT_RE = re.compile(r"\S+ [^\s:\[]+(?:\[\d+\])?: (?:\[ *(\d{1,12}\.\d{1,9})\]
 _JOURNAL_META_RE = re.compile(r"-- .* --")  # "-- Boot 3f.. --", "-- No entries --"
 
 _XID_RE = re.compile(
-    r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]+:[0-9A-Fa-f]+(?::[0-9A-Fa-f]+)?(?:\.[0-7])?)\): (\d{1,18})"
+    r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]+:[0-9A-Fa-f]+(?::[0-9A-Fa-f]+)?(?:\.[0-7])?)\): "
+    r"(\d{1,18})(?!\d)"
     r"(?:, pid=([^,]*), name=([^,]*))?(?:, ?(.*))?"
 )
 _SXID_RE = re.compile(
@@ -77,7 +78,7 @@ _FM_RE = re.compile(
     r"\[(\w{3}) (\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\] \[([A-Z]+)\] (?:\[tid \d+\] )?(.*)"
 )
 _FM_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL")
-_FM_CODE_RE = re.compile(r"error (\d{1,18})")
+_FM_CODE_RE = re.compile(r"error (\d{1,18})(?!\d)")
 _FM_BUS_RE = re.compile(r"pci bus id ([0-9A-Fa-f:.]+)")
 
 

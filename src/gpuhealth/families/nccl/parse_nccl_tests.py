@@ -47,8 +47,10 @@ _HEADER_FIELDS = {
 }
 _STEP = re.compile(r"step:\s*(\d{1,18})\s*\((factor|bytes)\)")
 _REDUCED = re.compile(r"Reducing maxBytes to (\d{1,18})")
-_OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d{1,18})\s*(OK|FAILED)?\s*$", re.I)
-_AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(\S+)\s*(OK|FAILED)?\s*$", re.I)
+# Matched against stripped lines: one `\s*` before the verdict (two would backtrack
+# quadratically on a long run of spaces).
+_OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d{1,18})\s*(OK|FAILED)?$", re.I)
+_AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(\S+)\s*(OK|FAILED)?$", re.I)
 _FAILED = re.compile(r"\bFAILED\b")
 _FOOTER = re.compile(r"^#?\s*(Out of bounds values|Avg bus bandwidth)\b", re.I)
 _BINARY = re.compile(r"\b([a-z]+(?:_[a-z]+)*)_perf(?:_mpi)?\b")
@@ -191,26 +193,23 @@ def _sweep_gap(
     header: Optional[Dict[str, Any]], rows: List[Dict[str, Any]]
 ) -> Optional[Tuple[int, int]]:
     """The first place rows are missing from the sweep, as (size before, size after; 0 before
-    the first row), or None: each size is the previous one times the factor (or plus the step)
-    within alignment, per type and operation. Unknown without the header."""
+    the first row), or None. Unknown without the header.
+
+    nccl-tests steps an unrounded size (times the factor, or plus the step) from min_bytes in
+    each (type, operation) table, and prints it rounded down to whole elements per rank
+    (all_gather with 24 ranks prints 960 after 480, then 2016): so each row is held to the
+    size meant for it, which a row after a missing one exceeds."""
     if not header or "step" not in header or "min_bytes" not in header:
         return None
-    factor = header["step_kind"] == "factor"
-
-    def after(size: int) -> float:
-        expected = size * max(header["step"], 2) if factor else size + max(header["step"], 1)
-        return expected * 1.01 + 64  # nccl-tests rounds sizes down to whole elements per rank
-
-    previous: Optional[Dict[str, Any]] = None
+    factor, step = header["step_kind"] == "factor", header["step"]
+    meant, table, before = 0, None, 0
     for row in rows:
-        same = previous is not None and (previous["type"], previous["redop"]) == (
-            row["type"],
-            row["redop"],
-        )
-        start = previous["size"] if same and previous is not None else header["min_bytes"]
-        if row["size"] > (after(start) if same else max(start, 1) * 1.01 + 64):
-            return (start if same else 0), row["size"]
-        previous = row
+        if (row["type"], row["redop"]) != table:
+            table, meant, before = (row["type"], row["redop"]), header["min_bytes"], 0
+        if row["size"] > max(meant, 1) * 1.01 + 64:
+            return before, row["size"]
+        meant = meant * max(step, 2) if factor else meant + max(step, 1)
+        before = row["size"]
     return None
 
 
