@@ -107,8 +107,10 @@ def read_devices(class_dir: str) -> Tuple[List[Dict[str, Any]], List[str]]:
             device[key] = _value(device, key, os.path.join(folder, key), str.strip)
         ports_dir = os.path.join(folder, "ports")
         try:
-            numbers = sorted(int(p) for p in os.listdir(ports_dir) if p.isdecimal() and len(p) <= 9)
-            device["ports"] = [_port(os.path.join(ports_dir, str(n)), n) for n in numbers]
+            # The folder's own name ("1"), read as a number only to order and report it.
+            names = [p for p in os.listdir(ports_dir) if re.fullmatch(r"[0-9]{1,9}", p)]
+            numbered = sorted((int(p), p) for p in names)
+            device["ports"] = [_port(os.path.join(ports_dir, p), n) for n, p in numbered]
         except OSError as exc:
             device["ports"] = None
             device["unavailable"]["ports"] = {"kind": "error", "detail": f"{ports_dir}: {exc}"}

@@ -322,6 +322,7 @@ def parse(text: str) -> Dict[str, Any]:
         if device["host"] not in hosts:
             hosts.append(device["host"])
     ranks = max(d["rank"] for d in devices) + 1 if devices else None
+    sweep_end = _sweep_end(header, reduced)
     return {
         "collective": collective,
         "collective_source": source,
@@ -333,8 +334,8 @@ def parse(text: str) -> Dict[str, Any]:
         "hosts_complete": bool(devices) and len({d["rank"] for d in devices}) == ranks,
         "ranks": ranks,
         "rows": rows,
-        "sweep_end_bytes": _sweep_end(header, reduced),
-        "sweep_complete": _sweep_complete(header, _sweep_end(header, reduced), rows),
+        "sweep_end_bytes": sweep_end,
+        "sweep_complete": _sweep_complete(header, sweep_end, rows),
         "sweep_gap": _sweep_gap(header, rows),
         "elided": elided,
         "rows_elided": rows_elided,
