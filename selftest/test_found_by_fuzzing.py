@@ -567,3 +567,12 @@ def test_nvidia_smi_xml_with_a_huge_tag_is_refused_before_it_costs_memory():
     )
     with pytest.raises(ParseError, match="a field path of 400003 characters"):
         parse_smi_xml.parse(xml)
+
+
+def test_a_gpu_section_whose_first_field_lost_its_indent_is_refused_not_emptied():
+    """`    Product Name : X` -> ` #?!   Product Name : X`: every line after it fell under that
+    line, the GPU's section came out empty, and triage passed a node with HW Slowdown."""
+    start = H100_TEXT.index("\nGPU 00000000:4C:00.0\n") + len("\nGPU 00000000:4C:00.0\n")
+    text = H100_TEXT[:start] + " #?!" + H100_TEXT[start + 1 :]
+    with pytest.raises(ParseError, match="has a value and holds an indented block"):
+        parse_smi_text.parse(text)

@@ -247,6 +247,12 @@ def parse(text: str) -> Dict[str, Any]:
     for child in root.children:
         match = _GPU_HEADER.match(child.key) if child.value is None else None
         if match:
+            for field in child.children:  # "Product Name : X" holds nothing; a damaged
+                if field.value is not None and field.children:  # indent hides the rest in it
+                    raise ParseError(
+                        f"line {field.line}: {field.key[:60]!r} has a value and holds an "
+                        "indented block, which a GPU section's fields never do (garbled?)"
+                    )
             _one_gpu(child)
             blocks.append((child, match.group("bus")))
         elif child.child("Product Name", "GPU UUID", "PCI"):  # a GPU section, header lost
