@@ -349,6 +349,11 @@ def live_run(
     row.probes.append(probes)
     row.masters = (before, len(control_sockets(bed, "cm")))
     row.problems += check_live(suite, plays, live) + check_probes(probes)
+    # The row must have run as it says: over open masters, or with none opened.
+    if ssh == "warm" and before < len(live):
+        row.problems.append(f"{before} of {len(live)} ssh masters open before a 'warm' run")
+    if ssh == "none" and row.masters[1]:
+        row.problems.append(f"{row.masters[1]} ssh masters opened with ControlPath=none")
     return suite
 
 

@@ -94,19 +94,6 @@ def test_a_year_no_clock_shows_is_no_timestamp(line):
         parse_kernel_log.parse(line + "\n")
 
 
-@pytest.mark.parametrize(
-    ("printed", "kept"),
-    [
-        ("0000:3b:00.1", "00000000:3B:00.1"),
-        ("19:00", "00000000:19:00.0"),
-        (".", "."),
-        ("1:2:3:4", "1:2:3:4"),
-    ],
-)
-def test_a_bus_id_that_is_none_is_kept_as_printed(printed, kept):
-    assert parse_kernel_log.bus_id(printed) == kept
-
-
 def test_an_xid_report_that_cannot_be_read_fails_the_kernel_log_check():
     facts = healthy_h100()
     log = "[ 12.5] NVRM: Xid (PCI:0000:19:00): , pid=1, name=x, GPU has fallen off the bus\n"

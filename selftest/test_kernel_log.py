@@ -229,6 +229,10 @@ def test_sxid_counts_once_with_its_severity():
         ("0000:3b:00.1", "00000000:3B:00.1"),
         ("00000000:DB:00.0", "00000000:DB:00.0"),
         ("3b:00", "00000000:3B:00.0"),
+        ("19:00", "00000000:19:00.0"),
+        # What is no bus id is kept as printed (found by fuzzing: these raised before).
+        (".", "."),
+        ("1:2:3:4", "1:2:3:4"),
     ],
 )
 def test_bus_ids_take_nvml_form(raw, nvml):

@@ -39,12 +39,16 @@ VOLATILE = {
 
 
 def interpreter(version: str) -> str:
-    """The pyenv CPython of a minor version, or skip saying how to get it."""
+    """The CPython of a minor version (pyenv's, else `pythonX.Y` on PATH), or skip saying
+    how to get it."""
     root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
     found = sorted(root.glob(f"{version}.*/bin/python{version}"))
-    if not found:
+    if found:
+        return str(found[-1])
+    on_path = shutil.which(f"python{version}")
+    if on_path is None:
         pytest.skip(f"CPython {version} is not installed here (pyenv install {version})")
-    return str(found[-1])
+    return on_path
 
 
 @pytest.fixture(params=SUPPORTED, ids=[f"py{v}" for v in SUPPORTED])
