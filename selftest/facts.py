@@ -187,6 +187,8 @@ def expected_baseline_skip(name: str) -> str | None:
     chk = registry.check(name)
     if chk.family == "fabric":
         return "not an"
+    if chk.family == "history":
+        return "no run history given"
     if chk.level != "quick":
         return "is a load test"
     return BASELINE_SKIPS.get(name)

@@ -82,6 +82,12 @@ def run_suite(
         f"--alluredir={reports / 'allure-results'}",
         f"--verdicts={reports / 'verdicts.json'}",
         f"--save-facts={reports / 'facts'}",
+        # Each run's own store: runs of other tests are no history of this one's nodes.
+        *(
+            []
+            if any(a.startswith(("--history", "--no-history")) for a in args)
+            else [f"--history={reports / 'history.sqlite'}"]
+        ),
         *args,
     ]
     proc = subprocess.run(

@@ -41,6 +41,8 @@ GROUP_RANKS = {
     "fabric": 2,
     "storage": 2,
     "nccl": 2,
+    # Changes against the node's own history: after what is wrong now, they say what got worse.
+    "regression": 2,
     "system": 3,
     "processes": 4,
 }
@@ -283,8 +285,14 @@ def _missing_gpu(node: NodeView, index: int) -> Result:
     )
 
 
+# The section the controller adds from the run store (families/history), never the probe.
+HISTORY_SECTION = "history"
+
+
 def _missing_section(node: NodeView, chk: Check) -> Result:
     name = chk.section
+    if name == HISTORY_SECTION:
+        return skipped("not evaluated: no run history given (the suite adds it: --history)")
     if node.from_evidence:
         return skipped(f"not evaluated: the evidence holds no {name} data")
     if chk.level != "quick":

@@ -30,9 +30,10 @@ from gpuhealth import report as reporting
 from gpuhealth.active import LEVELS, level_allows
 from gpuhealth.active.runner import ActiveContext, Outcome, Run, run_on
 from gpuhealth.allure_results import AllureResults
-from gpuhealth.checks import NodeView, evaluate
+from gpuhealth.checks import HISTORY_SECTION, NodeView, evaluate
 from gpuhealth.config import ConfigError, Profile, ProfileSet, resolve_limits
 from gpuhealth.documents import FactsError, load_facts
+from gpuhealth.history.run import DEFAULT_STORE, POLICIES, History, measured, measured_load
 from gpuhealth.junit_results import JUnitResults
 from gpuhealth.reporter import Reporter
 from gpuhealth.results import Status
@@ -51,6 +52,9 @@ _OWN_OPTIONS = (
     "nvml_call_timeout",
     "verdicts",
     "save_facts",
+    "history",
+    "no_history",
+    "regressions",
 )
 SUITE_DIR = Path(__file__).resolve().parent.parent.parent / "tests"
 SUITE_INI = SUITE_DIR.parent / "pytest.ini"
@@ -103,6 +107,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="quick: passive probe only (default); standard: + DCGM diag and single-node NCCL; "
         "full: + DCGM diag level 3 and multi-node NCCL with bisection",
     )
+    group.addoption(
+        "--history",
+        metavar="PATH|URL",
+        help=f"run store: an SQLite file (default {DEFAULT_STORE}) or postgresql://...",
+    )
+    group.addoption(
+        "--no-history", action="store_true", help="keep no history; regression checks skip"
+    )
+    group.addoption(
+        "--regressions",
+        choices=POLICIES,
+        help="a regression against a node's own history fails the run (fail, default) or "
+        "warns (warn)",
+    )
     parser.addini("gpuhealth", "this is the gpuhealth suite (its pytest.ini)", type="bool")
 
 
@@ -126,6 +144,7 @@ class RunState:
     profiles: ProfileSet
     verdicts: Path
     facts_dir: Path
+    history: History
     allure: AllureResults | None = None
     junit: JUnitResults | None = None
     records: dict[str, dict[str, Any]] = field(default_factory=dict)  # by test id; see record()
@@ -334,12 +353,21 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {text}")
     here = config.invocation_params.dir
     reports = here / "reports"
+    opt = config.option
+    history = History(
+        None if opt.no_history or opt.collectonly else (opt.history or DEFAULT_STORE),
+        here,
+        opt.regressions or "fail",
+    )
+    if not _is_worker(config):
+        history.store()  # the schema migrated once, before any worker reads the store
     config.stash[_STATE] = RunState(
         config=config,
         targets={t.name: t for t in targets},
         profiles=profiles,
         verdicts=Path(config.option.verdicts or reports / "verdicts.json"),
         facts_dir=Path(config.option.save_facts or reports / "facts"),
+        history=history,
         allure=_take_over_allure(config),
         junit=_take_over_junit(config),
     )
@@ -377,7 +405,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """Every Allure file written before the process ends (a worker hands the controller
     what it could not write)."""
     state = session.config.stash.get(_STATE, None)
-    if state is None or state.allure is None:
+    if state is None:
+        return
+    state.history.close()
+    if state.allure is None:
         return
     problem = state.allure.close()
     output = getattr(session.config, "workeroutput", None)
@@ -513,7 +544,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     RUNNING.subject = None
     slot = _slot_of(item)
     if slot is not None:
-        RUNNING.subject = _subject(item, state.host(slot.host), slot.index)
+        host = state.host(slot.host)
+        RUNNING.subject = _subject(item, host, slot.index)
+        if not host.measured and state.history.spec is not None:
+            host.measured = True  # what the run store keeps, on the host's first test
+            found = measured(host.view())
+            kept = record(item).setdefault("history", {"rows": []})
+            kept["identity"] = found["identity"]
+            kept["rows"] += found["rows"]
 
 
 # ---------------------------------------------------------------- fixtures
@@ -531,6 +569,7 @@ class HostState:
     active: dict[str, Run] = field(default_factory=dict)
     evidence: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     attached: bool = False
+    measured: bool = False
     _limits: dict[str | None, Profile] = field(default_factory=dict)
     _view: NodeView | None = None
 
@@ -540,7 +579,9 @@ class HostState:
             facts = self.facts or {}
             gpus = facts.get("gpus") or []
             first = next((g.get("name") for g in gpus if g.get("name")), None)
-            self._view = NodeView(self.target.name, facts, self.limits(first))
+            limits = self.limits(first)
+            past = self.state.history.section(self.target.name, limits)
+            self._view = NodeView(self.target.name, {**facts, HISTORY_SECTION: past}, limits)
         return self._view
 
     def limits(self, product_name: str | None) -> Profile:
@@ -656,6 +697,14 @@ def with_active(slot: Slot | Subject, section: str) -> Subject:
             launch=lambda name, command, timeout: state.launch(host.target, name, command, timeout),
         )
         host.active[section] = run.launch(ctx)
+        if state.history.spec is not None:
+            loaded = NodeView(
+                host.target.name,
+                {**subject.view.facts, section: host.active[section][0]},
+                subject.view.limits,
+            )
+            rows = measured_load(loaded, section)["rows"]
+            record(subject.item).setdefault("history", {"rows": []})["rows"] += rows
         for name, outcome in host.active[section][1]:
             ref = state.attach(subject.item, f"{name}.log", redact(outcome.log), "text")
             host.evidence.setdefault(section, []).extend([ref] if ref else [])
@@ -679,7 +728,8 @@ def judge(name: str, slot: Slot | Subject) -> None:
     chk = registry.check(name)
     if not subject.host.attached:  # the facts document, once per host (in its first test)
         subject.host.attached = True
-        facts = json.dumps(view.facts, indent=1)  # read by people in the report
+        shown = {k: v for k, v in view.facts.items() if k != HISTORY_SECTION}  # facts, not the past
+        facts = json.dumps(shown, indent=1)  # read by people in the report
         subject.host.state.attach(item, f"facts {view.host}.json", facts, "json")
     finding = evaluate(chk, view, index)
     result = finding.result
@@ -693,6 +743,10 @@ def judge(name: str, slot: Slot | Subject) -> None:
         advice=result.advice,
         profile=view.limits.name,
     )
+    if result.regressions:
+        found["regressions"] = list(result.regressions)
+    if result.notes:
+        found["notes"] = list(result.notes)
     if index is not None:
         gpu = view.gpu(index) or {}
         found.update((key, str(gpu[key])) for key in ("uuid", "serial") if gpu.get(key))

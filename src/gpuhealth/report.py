@@ -85,6 +85,9 @@ class NodeVerdict:
     notes: list[str] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
+    # Changes against the node's own history: {"check", "gpu", "metric", "baseline", "value",
+    # "message", "action"} (families/history; a node that passed last run and fails now too).
+    regressions: list[dict[str, Any]] = field(default_factory=list)
 
 
 @cache
@@ -175,6 +178,14 @@ class VerdictBook:
         if reason not in node.reasons:
             node.reasons.append(reason)
 
+    def regression(self, host: str, entry: dict[str, Any]) -> None:
+        """A change against the host's history (its test outcome is added like any other)."""
+        self.node(host).regressions.append(entry)
+
+    def findings(self) -> list[Outcome]:
+        """Every outcome that was not a PASS or SKIP (what the run store keeps)."""
+        return [o for found in (self._bad, self._soft) for group in found.values() for o in group]
+
     def note(self, host: str, text: str) -> None:
         """Context for the verdict that is not a finding (e.g. no GPU on this host)."""
         node = self.node(host)
@@ -256,6 +267,7 @@ class FleetSummary:
     line: str
     worst: list[NodeVerdict]
     checks: list[str]
+    regressions: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, verdicts: list[NodeVerdict]) -> FleetSummary:
@@ -279,7 +291,9 @@ class FleetSummary:
             for check, (nodes, gpus) in ranked
         ]
         worst = [v for v in verdicts if ORDER[v.verdict] > ORDER["WARN"]]
-        return cls(line, worst, checks)
+        # Each entry's message names its host and GPU.
+        regressions = [entry["message"] for v in verdicts for entry in v.regressions]
+        return cls(line, worst, checks, regressions)
 
     def lines(self, top: int = 10) -> list[str]:
         """For the terminal: the worst `top` nodes with their first reason, every check."""
@@ -293,6 +307,12 @@ class FleetSummary:
         if self.checks:
             lines.append("failed checks:")
             lines += [f"  {check}" for check in self.checks]
+        if self.regressions:
+            shown = self.regressions[: top * 3]
+            lines.append(f"regressions against the nodes' own history ({len(self.regressions)}):")
+            lines += [f"  {text}" for text in shown]
+            if len(shown) < len(self.regressions):
+                lines.append(f"  ... and {len(self.regressions) - len(shown)} more (verdicts.json)")
         return lines
 
     def metadata(self, top: int = 10) -> list[tuple[str, str]]:
@@ -308,6 +328,9 @@ class FleetSummary:
         if self.checks:
             more = f" (+{len(self.checks) - top} more)" if len(self.checks) > top else ""
             pairs.append(("failed checks", "; ".join(self.checks[:top]) + more))
+        if self.regressions:
+            more = f" (+{len(self.regressions) - top} more)" if len(self.regressions) > top else ""
+            pairs.append(("regressions", "; ".join(self.regressions[:top]) + more))
         return pairs
 
 

@@ -9,6 +9,7 @@ table first in the terminal summary, before pytest's own failure listing.
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from gpuhealth import registry
 from gpuhealth import report as reporting
 from gpuhealth.allure_results import BROKEN, FAILED, PASSED, SKIPPED, Case
 from gpuhealth.checks import Finding
+from gpuhealth.history.run import new_failures, run_record
+from gpuhealth.history.store import StoreError
 from gpuhealth.results import Action, Result, Status
 
 if TYPE_CHECKING:
@@ -54,6 +57,8 @@ class Reporter:
     state: RunState
     verdicts: list[reporting.NodeVerdict] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # report files that could not be written
+    measured: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> for the store
+    cut_short: bool = False  # tests the run ended before (^C, a lost worker)
     _pending: dict[str, _Pending] = field(default_factory=dict)
 
     @property
@@ -99,6 +104,15 @@ class Reporter:
         self.book.node(host)
         if "note" in props:
             self.book.note(host, props["note"])
+        for note in props.get("notes") or []:
+            self.book.note(host, note)
+        for entry in props.get("regressions") or []:
+            self.book.regression(host, entry)
+        if "history" in props:
+            kept = self.measured.setdefault(host, {"rows": []})
+            kept["rows"] += props["history"].get("rows") or []
+            if "identity" in props["history"]:
+                kept["identity"] = props["history"]["identity"]
         check = props.get("check") or _check_of(nodeid)
         gpu = props.get("gpu")
         if "unreachable" in props:
@@ -131,8 +145,9 @@ class Reporter:
 
     # ------------------------------------------------------------ the end
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         for nodeid, pending in list(self._pending.items()):  # cut short (^C, a lost worker)
+            self.cut_short = True
             if not pending.when:
                 pending.when, pending.crash = "teardown", "the run ended before the test did"
                 pending.longrepr = pending.crash
@@ -140,10 +155,16 @@ class Reporter:
         for name in self.state.targets:
             self.book.node(name)
         self.verdicts = self.book.finish()
+        kept = self._keep_history(session, int(exitstatus))
+        history = self.state.history
         reporting.write_json(
             self.verdicts,
             self.state.verdicts,
-            {"hosts": sorted(self.state.targets), "source": "pytest"},
+            {
+                "hosts": sorted(self.state.targets),
+                "source": "pytest",
+                "history": {"store": history.name, "run": history.uid if kept else None},
+            },
         )
         if self.state.junit is not None:
             try:
@@ -159,6 +180,42 @@ class Reporter:
             problem = self.state.allure.close()
             if problem:
                 self.problems.append(problem)
+
+    def _keep_history(self, session: pytest.Session, exitstatus: int) -> bool:
+        """Name the nodes that passed last run and fail now, then append the run to the
+        store; whether it was kept. A store that cannot be used turns a green run red: a
+        nightly job must not pass without its regression checks."""
+        history = self.state.history
+        if history.spec is None or session.config.option.collectonly:
+            return False
+        store = history.store()
+        try:
+            if store is None:
+                raise StoreError(str(history.error))
+            by_host = {v.host: v for v in self.verdicts}
+            for host, entry in new_failures(store.last_states(by_host), by_host).items():
+                by_host[host].regressions.append(entry)
+            opt = session.config.option
+            store.write_run(
+                run_record(
+                    history,
+                    complete=exitstatus in (0, 1) and not self.cut_short,
+                    exit_status=exitstatus,
+                    level=self.state.level,
+                    source="facts" if opt.facts else "live",
+                    command=shlex.join(["pytest", *session.config.invocation_params.args]),
+                    inventory=opt.inventory or opt.facts or opt.hosts,
+                    verdicts=self.verdicts,
+                    outcomes=self.book.findings(),
+                    measured_by_host=self.measured,
+                )
+            )
+        except StoreError as exc:
+            self.problems.append(f"run history not kept: {exc}")
+            if session.exitstatus == 0:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            return False
+        return True
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """An xdist worker's Allure files that could not be written."""

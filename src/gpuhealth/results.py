@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 
 class _Code(str, Enum):
@@ -69,12 +70,15 @@ ACTION_MEANINGS = {
 @dataclass(frozen=True)
 class Result:
     """One check's verdict on one node or GPU: `message` says what was measured against what
-    was expected; `action` and `advice` say what to do (FAIL and WARN only)."""
+    was expected; `action` and `advice` say what to do (FAIL and WARN only). A history check
+    also lists its `regressions` (verdicts.json's entries) and `notes` (e.g. a GPU replaced)."""
 
     status: Status
     message: str
     action: Action = Action.NONE
     advice: str | None = None
+    regressions: tuple[dict[str, Any], ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 def passed(message: str) -> Result:

@@ -4,4 +4,15 @@ Shipped to the nodes with the probe, which runs the families' `probe.py` in this
 """
 
 # One line per family, in report order: adding a family is adding its folder and its name here.
-NAMES = ("gpu", "system", "storage", "fabric", "kernel", "reclaim", "nccl", "dcgm", "gpud")
+NAMES = (
+    "gpu",
+    "system",
+    "storage",
+    "fabric",
+    "kernel",
+    "reclaim",
+    "nccl",
+    "dcgm",
+    "gpud",
+    "history",
+)

@@ -1,0 +1,1 @@
+"""History family: each node and GPU compared with its own past runs (controller side)."""

@@ -1,0 +1,233 @@
+"""A suite run's side of the history: the store opened once per process, each host's recent
+runs handed to its checks as the `history` facts section, what each host measured, and the
+run written to the store at the end (with nodes that passed last run and fail now named).
+
+Workers only read (one query set per host, when its first test starts); the controller writes
+the whole run in one transaction when the run ends.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from gpuhealth.checks import NodeView
+from gpuhealth.config import Profile
+from gpuhealth.families.history import metrics
+from gpuhealth.families.history.limits import HistoryLimits
+from gpuhealth.families.nccl.limits import NcclLimits
+from gpuhealth.history.store import RunRecord, Store, StoreError, describe, engine_url
+from gpuhealth.registry import checks
+
+DEFAULT_STORE = "reports/history.sqlite"
+POLICIES = ("fail", "warn")
+
+
+@dataclass
+class History:
+    """The run store as one process of a suite run uses it (opened on first use)."""
+
+    spec: str | None  # None: history off (--no-history)
+    base: Path
+    policy: str = "fail"
+    started_at: float = field(default_factory=time.time)
+    uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    error: str | None = None
+    _store: Store | None = None
+
+    @property
+    def name(self) -> str:
+        """The store as messages name it (password hidden)."""
+        return describe(engine_url(self.spec, self.base)) if self.spec else "off"
+
+    def store(self) -> Store | None:
+        """The open store, or None (history off, or it could not be opened: see `error`)."""
+        if self.spec is None or self.error is not None:
+            return None
+        if self._store is None:
+            try:
+                self._store = Store(self.spec, self.base)
+            except StoreError as exc:
+                self.error = str(exc)
+                return None
+        return self._store
+
+    def section(self, host: str, limits: Profile) -> dict[str, Any]:
+        """The `history` facts section of a host: its recent complete runs, newest first."""
+        if self.spec is None:
+            return {"skipped": "run history off (--no-history)"}
+        store = self.store()
+        if store is None:
+            return {"skipped": f"run history unavailable: {self.error}"}
+        lim = limits.get(HistoryLimits)
+        # Enough runs to find the baseline's good runs among failing ones.
+        wanted = max(20, 4 * lim.history_baseline_runs)
+        try:
+            runs = store.host_history(host, wanted)
+        except StoreError as exc:
+            return {"skipped": f"run history unavailable: {exc}"}
+        return {"store": store.name, "policy": self.policy, "now": self.started_at, "runs": runs}
+
+    def close(self) -> None:
+        """Release the store's connections."""
+        if self._store is not None:
+            self._store.close()
+
+
+def measured(view: NodeView) -> dict[str, Any]:
+    """What a host's facts say that history keeps: its identity and its passive values."""
+    node, gpus = metrics.identity(view.facts)
+    rows = [
+        _row(None, None, name, value) for name, value in metrics.node_values(view.facts).items()
+    ]
+    for gpu in view.facts.get("gpus") or []:
+        if isinstance(gpu, dict) and isinstance(gpu.get("index"), int):
+            key = metrics.gpu_key(gpu)
+            for name, value in metrics.gpu_values(gpu).items():
+                rows.append(_row(gpu["index"], key, name, value))
+    identity = {**node, "profile": view.limits.name, "gpus": gpus}
+    return {"identity": identity, "rows": rows}
+
+
+def measured_load(view: NodeView, section: str) -> dict[str, Any]:
+    """What a load test's section adds: single-node busbw, per-GPU DCGM failures."""
+    data = view.facts.get(section)
+    if not isinstance(data, dict):
+        return {"rows": []}
+    if section == "nccl":
+        reference = view.limits.get(NcclLimits).nccl_reference_size_bytes
+        values = metrics.nccl_values(data, reference)
+        return {"rows": [_row(None, None, name, value) for name, value in values.items()]}
+    rows = []
+    for index, values in metrics.dcgm_values(data).items():
+        key = metrics.gpu_key(view.gpu(index) or {})
+        rows += [_row(index, key, name, value) for name, value in values.items()]
+    return {"rows": rows}
+
+
+def _row(gpu: int | None, key: str | None, name: str, value: float) -> dict[str, Any]:
+    return {"gpu": gpu, "gpu_key": key, "metric": name, "value": value}
+
+
+def new_failures(
+    last: dict[str, dict[str, Any]], nodes: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """The nodes that passed (or warned) in their last run and fail now, each as a regression
+    entry naming the checks that fail now and did not then (regression checks aside: they
+    are regressions already). `nodes`: host -> NodeVerdict."""
+    # A failure of a regression check is a regression already, not a new failure.
+    regression_checks = {c.name for c in checks().values() if c.family == "history"}
+    found = {}
+    for host, verdict in nodes.items():
+        before = last.get(host)
+        if verdict.verdict != "FAIL" or before is None or before["verdict"] not in ("PASS", "WARN"):
+            continue
+        newly = sorted(
+            {
+                (entry["check"], entry["gpu"])
+                for entry in verdict.failed
+                if entry["check"] not in regression_checks
+            }
+            - before["failed"],
+            key=lambda pair: (pair[0], -1 if pair[1] is None else pair[1]),
+        )
+        if not newly:
+            continue
+        named = ", ".join(
+            f"{check}[gpu{gpu}]" if gpu is not None else check for check, gpu in newly
+        )
+        at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(before["at"]))
+        found[host] = {
+            "check": "new_failure",
+            "gpu": None,
+            "metric": "verdict",
+            "baseline": before["verdict"],
+            "value": "FAIL",
+            "message": f"{host}: new failure: {before['verdict']} in the last run ({at}), "
+            f"FAIL now: {named}",
+            "action": verdict.actions[0] if verdict.actions else "INSPECT",
+        }
+    return found
+
+
+def run_record(
+    history: History,
+    *,
+    complete: bool,
+    exit_status: int | None,
+    level: str,
+    source: str,
+    command: str,
+    inventory: str | None,
+    verdicts: list[Any],
+    outcomes: list[Any],
+    measured_by_host: dict[str, dict[str, Any]],
+) -> RunRecord:
+    """The run as the store keeps it, from the verdicts, the outcomes that were not a PASS and
+    what each host measured."""
+    profiles = sorted(
+        {m["identity"]["profile"] for m in measured_by_host.values() if "identity" in m}
+    )
+    run = RunRecord(
+        uid=history.uid,
+        started_at=history.started_at,
+        finished_at=time.time(),
+        complete=complete,
+        exit_status=exit_status,
+        level=level,
+        source=source,
+        command=command[:4000],
+        inventory=inventory,
+        profiles=",".join(profiles),
+        controller=socket.gethostname()[:255],
+        version=_version(),
+    )
+    for verdict in verdicts:
+        ident = measured_by_host.get(verdict.host, {}).get("identity") or {}
+        firmware = ident.get("firmware")
+        run.nodes.append(
+            {
+                "host": verdict.host,
+                "verdict": verdict.verdict,
+                "profile": ident.get("profile"),
+                "driver": ident.get("driver"),
+                "firmware": json.dumps(firmware, sort_keys=True) if firmware else None,
+            }
+        )
+        run.gpus += [{"host": verdict.host, **gpu} for gpu in ident.get("gpus") or []]
+        run.regressions += [
+            {
+                **entry,
+                "host": verdict.host,
+                "baseline": json.dumps(entry["baseline"]),
+                "value": json.dumps(entry["value"]),
+            }
+            for entry in verdict.regressions
+        ]
+    run.findings = [
+        {
+            "host": o.host,
+            "gpu": o.gpu,
+            "check": o.check,
+            "status": o.status,
+            "action": o.action,
+            "message": f"{o.label}: {o.message}"[:4000],
+        }
+        for o in outcomes
+    ]
+    for host, found in measured_by_host.items():
+        run.measurements += [{**row, "host": host} for row in found.get("rows") or []]
+    return run
+
+
+def _version() -> str:
+    try:
+        return metadata.version("gpuhealth")
+    except metadata.PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,468 @@
+"""The run store: SQLAlchemy Core tables, migrated by Alembic, on SQLite or PostgreSQL.
+
+SQLAlchemy Core (not the ORM) because the store is a handful of append-only tables read in
+bulk; Alembic because a store written by this version must open with the next one: every
+schema change is a migration in `migrations/versions`, applied when a store is opened.
+
+Writing is one transaction per run, at the end of the run (a run cut short by SIGKILL leaves
+nothing, a run cut short by ^C is kept but marked incomplete and never used as a baseline).
+Readers (xdist workers loading one host's history) never block a writer on SQLite, whose file
+is kept in WAL mode; two controllers writing at once take turns (SQLite's write lock, taken at
+the start of the transaction; PostgreSQL's transactions).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+METADATA = sa.MetaData()
+_HOST = sa.String(255)
+
+
+def _run_id(**options: Any) -> sa.Column[int]:
+    """The column that ties a row to its run (deleted with it)."""
+    return sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"), **options)
+
+
+RUNS = sa.Table(
+    "runs",
+    METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("uid", sa.String(36), nullable=False, unique=True),
+    sa.Column("started_at", sa.Float, nullable=False),  # seconds since the epoch, UTC
+    sa.Column("finished_at", sa.Float, nullable=False),
+    sa.Column("complete", sa.Boolean, nullable=False),
+    sa.Column("exit_status", sa.Integer),
+    sa.Column("level", sa.String(16), nullable=False),
+    sa.Column("source", sa.String(16), nullable=False),  # live | facts
+    sa.Column("command", sa.Text, nullable=False),
+    sa.Column("inventory", sa.Text),
+    sa.Column("profiles", sa.Text, nullable=False),
+    sa.Column("controller", sa.String(255), nullable=False),
+    sa.Column("version", sa.String(32), nullable=False),
+    sa.Index("ix_runs_started_at", "started_at"),
+)
+NODES = sa.Table(
+    "nodes",
+    METADATA,
+    _run_id(primary_key=True),
+    sa.Column("host", _HOST, primary_key=True),
+    sa.Column("verdict", sa.String(16), nullable=False),
+    sa.Column("profile", sa.String(64)),
+    sa.Column("driver", sa.String(64)),
+    sa.Column("firmware", sa.Text),  # JSON: {"mlx5_0": "28.41.1000", ...}
+    sa.Index("ix_nodes_host", "host"),
+)
+GPUS = sa.Table(
+    "gpus",
+    METADATA,
+    _run_id(primary_key=True),
+    sa.Column("host", _HOST, primary_key=True),
+    sa.Column("idx", sa.Integer, primary_key=True),
+    sa.Column("uuid", sa.String(64)),
+    sa.Column("serial", sa.String(64)),
+    sa.Column("vbios", sa.String(64)),
+    sa.Column("name", sa.String(128)),
+)
+FINDINGS = sa.Table(
+    "findings",
+    METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    _run_id(nullable=False),
+    sa.Column("host", _HOST, nullable=False),
+    sa.Column("gpu", sa.Integer),
+    sa.Column("check", sa.String(64), nullable=False),
+    sa.Column("status", sa.String(8), nullable=False),
+    sa.Column("action", sa.String(16), nullable=False),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Index("ix_findings_run_host", "run_id", "host"),
+)
+REGRESSIONS = sa.Table(
+    "regressions",
+    METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    _run_id(nullable=False),
+    sa.Column("host", _HOST, nullable=False),
+    sa.Column("gpu", sa.Integer),
+    sa.Column("check", sa.String(64), nullable=False),
+    sa.Column("metric", sa.String(128), nullable=False),
+    sa.Column("baseline", sa.Text),  # JSON scalars: a number, or a verdict for new failures
+    sa.Column("value", sa.Text),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("action", sa.String(16), nullable=False),
+    sa.Index("ix_regressions_run_host", "run_id", "host"),
+)
+MEASUREMENTS = sa.Table(
+    "measurements",
+    METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    _run_id(nullable=False),
+    sa.Column("host", _HOST, nullable=False),
+    sa.Column("gpu", sa.Integer),  # the index in that run (it moves when GPUs are swapped)
+    sa.Column("gpu_key", sa.String(64)),  # serial, else UUID: what stays with the GPU
+    sa.Column("metric", sa.String(128), nullable=False),
+    sa.Column("value", sa.Float, nullable=False),
+    sa.Index("ix_measurements_host_run", "host", "run_id"),
+    sa.Index("ix_measurements_run", "run_id"),
+)
+_MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+_PG_LOCK = 0x67707568  # "gpuh": the advisory lock two controllers take to migrate in turn
+
+
+class StoreError(RuntimeError):
+    """The store cannot be opened, read or written; the message names it."""
+
+
+@dataclass
+class RunRecord:
+    """One suite run as the store keeps it (rows are plain dicts of the tables' columns)."""
+
+    uid: str
+    started_at: float
+    finished_at: float
+    complete: bool
+    exit_status: int | None
+    level: str
+    source: str
+    command: str
+    inventory: str | None
+    profiles: str
+    controller: str
+    version: str
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    regressions: list[dict[str, Any]] = field(default_factory=list)
+    measurements: list[dict[str, Any]] = field(default_factory=list)
+
+
+def engine_url(spec: str, base: Path) -> str:
+    """`--history` as an SQLAlchemy URL: a PostgreSQL URL (driven by psycopg 3), an
+    SQLAlchemy URL as given, else a file path (relative to `base`) for SQLite."""
+    if spec.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + spec.partition("://")[2]
+    if "://" in spec:
+        return spec
+    path = Path(spec).expanduser()
+    return f"sqlite:///{path if path.is_absolute() else base / path}"
+
+
+def describe(url: str) -> str:
+    """A store's URL for messages and reports: the password hidden."""
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return url
+
+
+def _alembic(connection: Connection | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS))
+    config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    """The schema revision this gpuhealth writes."""
+    head = ScriptDirectory.from_config(_alembic()).get_current_head()
+    assert head is not None
+    return head
+
+
+def _sqlite_engine(url: str) -> Engine:
+    path = Path(sa.make_url(url).database or "")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create the folder of {path}: {exc}") from None
+    engine = sa.create_engine(url, connect_args={"timeout": 60})
+
+    @sa.event.listens_for(engine, "connect")
+    def _connect(dbapi: Any, _record: Any) -> None:
+        # Transactions are ours (see _begin), not the sqlite3 module's implicit ones.
+        dbapi.isolation_level = None
+        cursor = dbapi.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")  # readers never wait for the writer
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=60000")  # a second writer waits its turn
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        # A writer takes the write lock up front: two writers that both started reading
+        # first could each wait for the other (SQLITE_BUSY without the busy handler).
+        write = conn.get_execution_options().get("gpuhealth_write")
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+class Store:
+    """An open run store (migrated to this version's schema when opened)."""
+
+    def __init__(self, spec: str, base: Path | None = None) -> None:
+        self.url = engine_url(spec, base or Path.cwd())
+        self.name = describe(self.url)
+        try:
+            if self.url.startswith("sqlite:"):
+                self.engine = _sqlite_engine(self.url)
+            else:
+                self.engine = sa.create_engine(self.url, pool_pre_ping=True)
+            self._migrate()
+        except SQLAlchemyError as exc:
+            raise StoreError(f"history store {self.name}: {_first_line(exc)}") from None
+        except ModuleNotFoundError as exc:
+            raise StoreError(
+                f"history store {self.name}: the driver is not installed ({exc.name}); "
+                "for PostgreSQL: pip install 'gpuhealth[postgresql]'"
+            ) from None
+
+    @property
+    def postgresql(self) -> bool:
+        """Whether the store is a PostgreSQL database (else SQLite)."""
+        return self.engine.dialect.name == "postgresql"
+
+    def _migrate(self) -> None:
+        """Bring the schema to this version's head, once, whoever else opens the store now."""
+        head = head_revision()
+        with self.engine.connect() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+        if current == head:
+            return
+        scripts = ScriptDirectory.from_config(_alembic())
+        if current is not None and current not in {s.revision for s in scripts.walk_revisions()}:
+            raise StoreError(
+                f"history store {self.name} has schema revision {current}, which this "
+                "gpuhealth does not know: it was written by a newer gpuhealth; upgrade"
+            )
+        with self._writing() as conn:
+            command.upgrade(_alembic(conn), "head")
+
+    @contextmanager
+    def _writing(self) -> Iterator[Connection]:
+        """One write transaction, holding the store's write lock from its start."""
+        engine = self.engine.execution_options(gpuhealth_write=True)
+        with engine.begin() as conn:
+            if self.postgresql:
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK})
+            yield conn
+
+    def close(self) -> None:
+        """Release the store's connections."""
+        self.engine.dispose()
+
+    # ------------------------------------------------------------ writing
+
+    def write_run(self, run: RunRecord) -> int:
+        """Append a run with everything it found, in one transaction; its id."""
+        try:
+            with self._writing() as conn:
+                values = {k: v for k, v in vars(run).items() if k in RUNS.c}
+                key = conn.execute(RUNS.insert().values(**values)).inserted_primary_key
+                run_id = int(key[0]) if key else 0
+                for table, rows in (
+                    (NODES, run.nodes),
+                    (GPUS, run.gpus),
+                    (FINDINGS, run.findings),
+                    (REGRESSIONS, run.regressions),
+                    (MEASUREMENTS, run.measurements),
+                ):
+                    if rows:
+                        conn.execute(table.insert(), [{**row, "run_id": run_id} for row in rows])
+                return run_id
+        except SQLAlchemyError as exc:
+            raise StoreError(f"history store {self.name}: {_first_line(exc)}") from None
+
+    def prune(self, before: float) -> int:
+        """Delete the runs that started before `before` (epoch seconds); how many."""
+        try:
+            with self._writing() as conn:
+                old = sa.select(RUNS.c.id).where(RUNS.c.started_at < before)
+                for table in (MEASUREMENTS, REGRESSIONS, FINDINGS, GPUS, NODES):
+                    conn.execute(table.delete().where(table.c.run_id.in_(old)))
+                return int(conn.execute(RUNS.delete().where(RUNS.c.started_at < before)).rowcount)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"history store {self.name}: {_first_line(exc)}") from None
+
+    # ------------------------------------------------------------ reading
+
+    def _read(self, query: Any, params: dict[str, Any] | None = None) -> list[sa.Row[Any]]:
+        try:
+            with self.engine.connect() as conn:
+                return list(conn.execute(query, params or {}))
+        except SQLAlchemyError as exc:
+            raise StoreError(f"history store {self.name}: {_first_line(exc)}") from None
+
+    def host_history(self, host: str, limit: int) -> list[dict[str, Any]]:
+        """The host's last `limit` complete runs, newest first, each as one sample: when, the
+        node's verdict, driver and firmware, its GPUs' identities and every measured value."""
+        runs = self._read(
+            sa.select(
+                RUNS.c.id,
+                RUNS.c.uid,
+                RUNS.c.started_at,
+                NODES.c.verdict,
+                NODES.c.driver,
+                NODES.c.firmware,
+            )
+            .join(NODES, NODES.c.run_id == RUNS.c.id)
+            .where(NODES.c.host == host, RUNS.c.complete)
+            .order_by(RUNS.c.started_at.desc(), RUNS.c.id.desc())
+            .limit(limit)
+        )
+        samples: dict[int, dict[str, Any]] = {}
+        for row in runs:
+            samples[row.id] = {
+                "run": row.uid,
+                "at": row.started_at,
+                "verdict": row.verdict,
+                "driver": row.driver,
+                "firmware": json.loads(row.firmware) if row.firmware else {},
+                "gpus": {},
+                "node": {},
+                "gpu": {},
+            }
+        if not samples:
+            return []
+        ids = list(samples)
+        for row in self._read(sa.select(GPUS).where(GPUS.c.host == host, GPUS.c.run_id.in_(ids))):
+            samples[row.run_id]["gpus"][str(row.idx)] = {
+                "uuid": row.uuid,
+                "serial": row.serial,
+                "vbios": row.vbios,
+            }
+        for row in self._read(
+            sa.select(
+                MEASUREMENTS.c.run_id,
+                MEASUREMENTS.c.gpu,
+                MEASUREMENTS.c.metric,
+                MEASUREMENTS.c.value,
+            ).where(MEASUREMENTS.c.host == host, MEASUREMENTS.c.run_id.in_(ids))
+        ):
+            sample = samples[row.run_id]
+            if row.gpu is None:
+                sample["node"][row.metric] = row.value
+            else:
+                sample["gpu"].setdefault(str(row.gpu), {})[row.metric] = row.value
+        return list(samples.values())
+
+    def last_states(self, hosts: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """Per host, its latest complete run: when, its verdict and what failed then."""
+        wanted = sorted(set(hosts))
+        found: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(wanted), 500):  # bounded IN lists
+            chunk = wanted[start : start + 500]
+            latest = (
+                sa.select(NODES.c.host, sa.func.max(RUNS.c.started_at).label("at"))
+                .join(RUNS, NODES.c.run_id == RUNS.c.id)
+                .where(NODES.c.host.in_(chunk), RUNS.c.complete)
+                .group_by(NODES.c.host)
+                .subquery()
+            )
+            rows = self._read(
+                sa.select(NODES.c.host, NODES.c.verdict, RUNS.c.id, RUNS.c.started_at)
+                .join(RUNS, NODES.c.run_id == RUNS.c.id)
+                .join(
+                    latest,
+                    sa.and_(latest.c.host == NODES.c.host, latest.c.at == RUNS.c.started_at),
+                )
+                .where(RUNS.c.complete)
+            )
+            for row in rows:
+                found[row.host] = {
+                    "run_id": row.id,
+                    "at": row.started_at,
+                    "verdict": row.verdict,
+                    "failed": set(),
+                }
+        by_run: dict[int, list[str]] = {}
+        for host, state in found.items():
+            by_run.setdefault(state["run_id"], []).append(host)
+        for run_id, run_hosts in by_run.items():
+            for row in self._read(
+                sa.select(FINDINGS.c.host, FINDINGS.c.check, FINDINGS.c.gpu).where(
+                    FINDINGS.c.run_id == run_id,
+                    FINDINGS.c.host.in_(run_hosts),
+                    FINDINGS.c.status.in_(("FAIL", "ERROR")),
+                )
+            ):
+                found[row.host]["failed"].add((row.check, row.gpu))
+        return found
+
+    def series(
+        self,
+        host: str | None = None,
+        gpu: int | None = None,
+        metric: str | None = None,
+        since: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Measured values over time, oldest first: run time, host, GPU (index and serial),
+        metric and value, filtered by any of host, GPU index, metric (a `*` glob) and time."""
+        query = (
+            sa.select(
+                RUNS.c.started_at,
+                RUNS.c.uid,
+                MEASUREMENTS.c.host,
+                MEASUREMENTS.c.gpu,
+                MEASUREMENTS.c.gpu_key,
+                MEASUREMENTS.c.metric,
+                MEASUREMENTS.c.value,
+            )
+            .join(RUNS, MEASUREMENTS.c.run_id == RUNS.c.id)
+            .where(RUNS.c.complete)
+        )
+        if host is not None:
+            query = query.where(MEASUREMENTS.c.host == host)
+        if gpu is not None:
+            query = query.where(MEASUREMENTS.c.gpu == gpu)
+        if metric is not None:
+            pattern = metric.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            query = query.where(MEASUREMENTS.c.metric.like(pattern.replace("*", "%"), escape="\\"))
+        if since is not None:
+            query = query.where(RUNS.c.started_at >= since)
+        query = query.order_by(
+            RUNS.c.started_at, MEASUREMENTS.c.host, MEASUREMENTS.c.gpu, MEASUREMENTS.c.metric
+        )
+        return [dict(row._mapping) for row in self._read(query)]
+
+    def runs(self, since: float | None = None) -> list[dict[str, Any]]:
+        """Every run (complete or not) since a time, oldest first, with its node verdicts and
+        regression count."""
+        query = sa.select(RUNS).order_by(RUNS.c.started_at)
+        if since is not None:
+            query = query.where(RUNS.c.started_at >= since)
+        found = {
+            row.id: {**row._mapping, "nodes": {}, "regressions": []} for row in self._read(query)
+        }
+        if not found:
+            return []
+        ids = list(found)
+        for row in self._read(sa.select(NODES).where(NODES.c.run_id.in_(ids))):
+            found[row.run_id]["nodes"][row.host] = row.verdict
+        for row in self._read(sa.select(REGRESSIONS).where(REGRESSIONS.c.run_id.in_(ids))):
+            entry = dict(row._mapping)
+            for key in ("baseline", "value"):
+                entry[key] = json.loads(entry[key]) if entry[key] is not None else None
+            found[row.run_id]["regressions"].append(entry)
+        return list(found.values())
+
+
+def _first_line(exc: BaseException) -> str:
+    """A database error as one line (SQLAlchemy appends the statement and a link)."""
+    original = getattr(exc, "orig", None) or exc
+    text = str(original).strip().splitlines()
+    return text[0] if text else type(original).__name__
