@@ -8,8 +8,10 @@ STAMP  := $(VENV)/.installed
 TOOLS  := .tools
 PYTEST_ARGS ?=
 APT_PACKAGES := python3 python3-venv gcc make nodejs npm openssl
+# Only `make test`: a throwaway PostgreSQL for the run store's tests, systemd-analyze for ci/.
+TEST_APT_PACKAGES := postgresql systemd
 
-.PHONY: deps venv check report test bench fuzz lint clean
+.PHONY: deps test-deps venv check report test bench fuzz lint clean
 
 deps:
 	@missing=""; \
@@ -20,6 +22,17 @@ deps:
 	    echo "installing system packages (missing:$$missing)"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	  else echo "missing:$$missing - install: $(APT_PACKAGES)" >&2; exit 1; fi; \
+	fi
+
+test-deps:
+	@missing=""; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing test packages (missing:$$missing)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(TEST_APT_PACKAGES) >/dev/null; \
+	  else echo "missing:$$missing - install: $(TEST_APT_PACKAGES)" >&2; exit 1; fi; \
 	fi
 
 $(STAMP): pyproject.toml | deps
@@ -46,7 +59,11 @@ $(TOOLS)/node_modules/.bin/allure: | deps
 # ~90 MB per 128 nodes and take seconds per MB to open): serve it, e.g. with
 # `python3 -m http.server -d reports/allure-report`. The bed's end-to-end test renders its
 # report with this target too (REPORTS=<its reports dir>).
+# Allure keeps each test's history across runs (per-test history, trend charts) in
+# ALLURE_HISTORY, next to the default run store (reports/history.sqlite); a nightly job that
+# keeps its store elsewhere passes ALLURE_HISTORY=<that folder>/allure-history.jsonl.
 REPORTS ?= reports
+ALLURE_HISTORY ?= $(REPORTS)/allure-history.jsonl
 SINGLE_FILE_MAX ?= 20000
 report: $(TOOLS)/node_modules/.bin/allure
 	@if [ -d $(REPORTS)/allure-results ]; then \
@@ -56,6 +73,7 @@ report: $(TOOLS)/node_modules/.bin/allure
 	  $(TOOLS)/node_modules/.bin/allure awesome $(REPORTS)/allure-results \
 	    --config $(CURDIR)/allurerc.json \
 	    -o $(REPORTS)/allure-report $$form --report-name gpuhealth \
+	    --history-path $(abspath $(ALLURE_HISTORY)) \
 	    --group-by parentSuite,suite,subSuite >/dev/null && \
 	  echo "HTML report: $(abspath $(REPORTS))/allure-report/index.html" && \
 	  if [ -z "$$form" ]; then echo "($$tests tests: a folder; serve it:" \
@@ -71,7 +89,7 @@ lint: venv
 
 # Unit and suite-level tests in parallel, then the SSH test bed ones (root: namespaces, mounts;
 # skipped otherwise) on one worker, printing their timings; both run, either failing fails.
-test: venv lint
+test: venv test-deps lint
 	@rc=0; $(BIN)/pytest -c selftest/pytest.ini selftest -m "not bed" -n auto $(PYTEST_ARGS) || rc=$$?; \
 	$(BIN)/pytest -c selftest/pytest.ini selftest -m bed -s $(PYTEST_ARGS) || rc=$$?; exit $$rc
 

@@ -334,7 +334,7 @@ def test_a_test_whose_worker_crashed_or_that_never_ended_is_still_reported(tmp_p
         stop=1.5,
     )
     reporter.pytest_runtest_logreport(started)
-    reporter.pytest_sessionfinish(None)  # type: ignore[arg-type]
+    reporter.pytest_sessionfinish(None, 2)  # type: ignore[arg-type]
     cases = {c.get("name"): c for c in ET.parse(tmp_path / "junit.xml").getroot().iter("testcase")}
     assert "crashed while running it" in cases["test_power[n1-gpu0]"].find("error").get("message")
     assert "the run ended before the test did" in cases["test_power[n1-gpu1]"].find("error").get(

@@ -72,8 +72,8 @@ def walkthrough() -> tuple[dict[str, str], str]:
             r"^ *`([\w/.]+\.py)`:\n\n *```python\n(.*?)^ *```", text, re.M | re.S
         )
     }
-    (names,) = re.findall(r"^ *(NAMES = \(.*\))$", text, re.M)
-    return files, names
+    (names,) = re.findall(r"^ *(NAMES = \(\n.*?^ *\))$", text, re.M | re.S)
+    return files, textwrap.dedent("   " + names)
 
 
 def in_tree(tree: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -104,7 +104,7 @@ def tree(tmp_path_factory) -> Path:
         if str(left.relative_to(tree)) not in files:
             left.unlink()
     init = tree / "src/gpuhealth/families/__init__.py"
-    init.write_text(re.sub(r"^NAMES = \(.*\)$", names, init.read_text(), flags=re.M))
+    init.write_text(re.sub(r"^NAMES = \(\n.*?^\)$", names, init.read_text(), flags=re.M | re.S))
     return tree
 
 
@@ -117,7 +117,7 @@ def test_the_walkthrough_writes_a_whole_family():
         ),
         "tests/test_clock.py",
     ]
-    assert names.endswith('"clock")')
+    assert names.endswith('"clock",\n)')
 
 
 @pytest.mark.suite

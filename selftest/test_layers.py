@@ -102,8 +102,10 @@ JUDGING = (
     "gpuhealth.families.*.limits",
     "gpuhealth.families.*.evidence",
     "gpuhealth.families.*.family",
+    "gpuhealth.families.history.metrics",  # what a run measures, read from its facts
 )
 RUNNING = (  # what probes, launches, schedules and reports
+    "gpuhealth.history*",  # the run store and its migrations
     "gpuhealth.probe*",
     "gpuhealth.families.*.probe",
     "gpuhealth.families.gpu.nvml",

@@ -9,10 +9,13 @@ with apt-get when missing. Nothing here needs the network once both are installe
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import http.server
+import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -53,10 +56,12 @@ def ensure_chromium() -> str:
     return shutil.which("chromium") or "chromium"
 
 
-def make_report(reports: Path) -> Path:
-    """`make report REPORTS=reports`: reports/allure-results -> the HTML file it prints."""
+def make_report(reports: Path, history: Path | None = None) -> Path:
+    """`make report REPORTS=reports` (and ALLURE_HISTORY=history): reports/allure-results ->
+    the HTML file it prints."""
+    more = [f"ALLURE_HISTORY={history}"] if history else []
     proc = subprocess.run(
-        ["make", "-s", "-C", str(REPO), "report", f"REPORTS={reports}"],
+        ["make", "-s", "-C", str(REPO), "report", f"REPORTS={reports}", *more],
         capture_output=True,
         text=True,
         timeout=900,
@@ -158,6 +163,23 @@ def rendered_tests(dom: str) -> dict[str, str]:
     parser = _TreeLeaves()
     parser.feed(dom)
     return dict((title, status) for status, title in parser.leaves)
+
+
+def test_history(index: Path, name: str) -> list[str]:
+    """The statuses Allure's page of test `name` lists under History (earlier runs, newest
+    first), as Chromium renders the single-file report's `#<result id>/history` route."""
+    blobs = re.findall(r'd\("data/test-results/[^"]+","([A-Za-z0-9+/=]*)"\)', index.read_text())
+    ids = [
+        found["id"]
+        for found in (json.loads(base64.b64decode(blob)) for blob in blobs)
+        if found.get("name") == name
+    ]
+    if len(ids) != 1:
+        raise RuntimeError(f"{index}: {len(ids)} results named {name}")
+    with serve(index.parent) as url:
+        dom = chromium(f"{url}#{ids[0]}/history", "--dump-dom")
+    items = dom.split('data-testid="test-result-history-item"')[1:]
+    return [re.search(r'data-testid="tree-leaf-status-(\w+)"', item).group(1) for item in items]
 
 
 def render(reports: Path) -> tuple[dict[str, str], Path, Path]:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import gzip
 import importlib.metadata
 import io
+import re
 import subprocess
 import sys
 import tarfile
@@ -97,6 +98,10 @@ DCGM_H100X8_FAIL_GPU3 = "dcgm4_diag_issue215_8gpu_fail_gpu3.json"
 # the H100 single-node threshold: a slow node.
 NCCL_HEALTHY = "nccltests_issue290_1node_8xH100_nvls_all_reduce.txt"
 NCCL_SLOW = "nccltests_issue309_4node_32xH100_vm_all_reduce.txt"
+# The healthy run at 85 % speed (derived here, not recorded: slowed()): a node that got 15 %
+# slower than its own baseline while staying above a 400 GB/s floor, for the history tests.
+NCCL_SLOWER_FACTOR = 0.85
+NCCL_SLOWER = "derived_issue290_1node_8xH100_all_reduce_at_85pct.txt"
 # The unhealthy GPUd response the GPUd stand-in can serve (selftest/data/gpud): the XID 74
 # element of GPUd's tutorial (by default it serves the healthy "plugin only" response).
 GPUD_XID74 = "gpud_docs_v1_states_xid74_unhealthy_element.json"
@@ -373,16 +378,53 @@ def gpud_tarball(out_dir: Path) -> Path:
     return _tarball(out_dir / f"{stem}.tgz", {f"{stem}/": b"", f"{stem}/gpud": gpud_zipapp()})
 
 
+def slowed(text: str, factor: float) -> str:
+    """An nccl-tests output as if run `factor` times as fast: every row's times divided,
+    algbw and busbw multiplied, the average scaled; columns keep their widths."""
+    number = r"\s+[-\d.]+"
+    row = re.compile(r"^(\s*\d+\s+\d+\s+\S+\s+\S+\s+-?\d+)" + rf"({number})" * 8 + r"(.*)$")
+
+    def scale(token: str, by: float, digits: int) -> str:
+        value = float(token) * by
+        return f"{value:.{digits}f}".rjust(len(token))
+
+    lines = []
+    for line in text.splitlines(keepends=True):
+        found = row.match(line.rstrip("\n"))
+        if found:
+            head, *cols, tail = found.groups()
+            new = []
+            for i, col in enumerate(cols):
+                token = col.strip()
+                if i in (0, 4):  # time (us)
+                    digits = len(token.partition(".")[2]) if "." in token else 0
+                    new.append(scale(col, 1 / factor, digits))
+                elif i in (1, 2, 5, 6):  # algbw, busbw
+                    new.append(scale(col, factor, 2))
+                else:  # #wrong
+                    new.append(col)
+            line = head + "".join(new) + tail + "\n"
+        elif line.startswith("# Avg bus bandwidth"):
+            label, _, value = line.partition(":")
+            line = f"{label}: {float(value) * factor:.3f}\n"
+        lines.append(line)
+    return "".join(lines)
+
+
 def nccl_tests_tarball(out_dir: Path) -> Path:
-    """nccl-tests-<version>.tar.gz: payload/nccl-tests and the real recordings in replays/."""
+    """nccl-tests-<version>.tar.gz: payload/nccl-tests and the real recordings in replays/
+    (plus NCCL_SLOWER, derived from the healthy one)."""
     top = f"nccl-tests-{NCCL_TESTS_VERSION}"
     source = PAYLOAD / "nccl-tests"
     members = {f"{top}/": b"", f"{top}/src/": b"", f"{top}/replays/": b""}
     for path in sorted(source.rglob("*")):
         if path.is_file():
             members[f"{top}/{path.relative_to(source)}"] = path.read_bytes()
-    for path in sorted((SELFTEST / "data" / "nccl-tests").iterdir()):
+    data = SELFTEST / "data" / "nccl-tests"
+    for path in sorted(data.iterdir()):
         members[f"{top}/replays/{path.name}"] = path.read_bytes()
+    derived = slowed((data / NCCL_HEALTHY).read_text(), NCCL_SLOWER_FACTOR)
+    members[f"{top}/replays/{NCCL_SLOWER}"] = derived.encode()
     return _tarball(out_dir / f"{top}.tar.gz", members)
 
 

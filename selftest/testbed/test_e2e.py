@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import pytest
 
 from gpuhealth import registry
+from selftest.fakenvml import DEFAULT_SCENARIO, scenario_text
 from selftest.suite import REPO, SuiteRun, run_suite
 
 from . import bedlib, fleet, htmlreport, standins
@@ -324,3 +325,141 @@ def test_html_report_shows_the_failures(run):
     broken = {name for name, status in rendered.items() if status == "broken"}
     assert broken == {name for name, status in run.tests("n4").items() if status == "error"}
     assert screenshot.stat().st_size > 20_000  # a rendered page, not a blank one
+
+
+# ---------------------------------------------------------------- three nights of history
+
+NIGHTS = REPORTS / "nights"  # one reports folder per night, the store and Allure history
+NIGHT_HOSTS = ("n1", "n2")
+# Night 3 on n1: 2 more remapped rows on gpu2 (none pending), thousands more corrected ECC on
+# gpu3, gpu4 replaced (a new serial), and all_reduce 15 % slower, still above the floor.
+NIGHT3_N1 = {
+    "extends": "healthy-h100x8",
+    "gpu": {
+        2: {"remapped_rows": {"correctable": 2}},
+        3: {"ecc": {"aggregate": {"dram_corrected": 4000}}},
+        4: {"serial": "1650124039999"},
+    },
+}
+NIGHT3_REGRESSIONS = {
+    ("gpu_regression", 2, "remapped_rows_correctable", 0.0, 2.0),
+    ("gpu_regression", 3, "ecc_corrected_aggregate", 0.0, 4000.0),
+    ("load_regression", None, "nccl_busbw_gbps", 476.53, 405.05),
+}
+
+
+def _scenario(name_or_dict, tools: dict[str, str]) -> str:
+    text = scenario_text(name_or_dict)
+    return text + "".join(f"{key}={value}\n" for key, value in tools.items())
+
+
+@pytest.fixture(scope="module")
+def nights(run):
+    """A nightly job three times on n1 and n2 (n2 healed for it), as the templates in ci/
+    run it: `--level standard` with a run store, then `make report` with Allure's history.
+    The fleet's own busbw floor is 400 GB/s, and a baseline takes 2 good runs (3 by default:
+    two nights are all this test has before the third)."""
+    bed = run.bed
+    healthy = _scenario("healthy-h100x8", {"dcgm.diag": standins.DCGM_H100X8})
+    for host in NIGHT_HOSTS:
+        bed.ssh(host, f"cat > {DEFAULT_SCENARIO}", input=healthy)
+    bed.set_host_vars(
+        {
+            host: {
+                "storage_paths": fleet.STORAGE_PATHS,  # n2 without its hung path
+                "nccl_allreduce_min_busbw_gbps": 400,
+                "history_min_runs": 2,
+            }
+            for host in NIGHT_HOSTS
+        }
+    )
+    hosts = ",".join(f"ansible://{h}?ansible_inventory={bed.inventory}" for h in NIGHT_HOSTS)
+    found = []
+    for night in (1, 2, 3):
+        if night == 3:
+            tools = {
+                "dcgm.diag": standins.DCGM_H100X8,
+                "nccl.all_reduce_perf": standins.NCCL_SLOWER,
+            }
+            bed.ssh("n1", f"cat > {DEFAULT_SCENARIO}", input=_scenario(NIGHT3_N1, tools))
+        start = time.monotonic()
+        reports = NIGHTS / f"night{night}"
+        suite = run_suite(
+            reports,
+            f"--hosts={hosts}",
+            "--level",
+            "standard",
+            "-n",
+            "2",
+            f"--history={NIGHTS / 'history.sqlite'}",
+            env=bed.ansible_env(),
+        )
+        htmlreport.make_report(reports, NIGHTS / "allure-history.jsonl")
+        TIMINGS[f"night {night}: suite --level standard + make report"] = time.monotonic() - start
+        found.append(suite)
+    return found
+
+
+def test_nights_one_and_two_are_healthy(nights):
+    for suite in nights[:2]:
+        assert suite.rc == 0, suite.output[-3000:]
+        assert {h: suite.verdicts["nodes"][h]["verdict"] for h in NIGHT_HOSTS} == {
+            "n1": "PASS",
+            "n2": "PASS",
+        }
+    first, second = (suite.messages() for suite in nights[:2])
+    assert first["test_gpu_regression[n1-gpu0]"].startswith("no baseline yet (0 runs)")
+    assert first["test_load_regression[n1]"].startswith("no baseline yet (0 runs)")
+    # Night 2 judges the counters against night 1; busbw needs 2 good runs, has 1.
+    assert nights[1].outcomes()["test_gpu_regression[n1-gpu0]"] == "passed"
+    assert "a baseline needs 2 good runs, has 1" in second["test_load_regression[n1]"]
+
+
+def test_night_three_names_exactly_what_changed_on_n1(nights):
+    third = nights[2]
+    assert third.rc == 1, third.output[-3000:]  # the regressions fail the nightly job
+    nodes = third.verdicts["nodes"]
+    assert nodes["n2"]["verdict"] == "PASS" and nodes["n2"]["regressions"] == []
+    n1 = nodes["n1"]
+    assert n1["verdict"] == "FAIL"
+    assert {
+        (r["check"], r["gpu"], r["metric"], r["baseline"], r["value"]) for r in n1["regressions"]
+    } == NIGHT3_REGRESSIONS
+    assert {r["action"] for r in n1["regressions"]} == {"INSPECT"}
+    failed = {name for name, status in third.outcomes().items() if status == "failed"}
+    assert failed == {
+        "test_gpu_regression[n1-gpu2]",
+        "test_gpu_regression[n1-gpu3]",
+        "test_load_regression[n1]",
+    }
+    assert [n for n in n1["notes"] if "another GPU" in n] == [
+        "gpu4 is another GPU since the last run: serial 1650124039999, was 1650124031504 "
+        "(a new GPU); its baseline restarts"
+    ]
+    messages = third.messages()
+    assert (
+        "rows remapped for correctable errors 0 -> 2 since the last run"
+        in (messages["test_gpu_regression[n1-gpu2]"])
+    )
+    assert (
+        "correctable ECC errors +4000 since the last run"
+        in (messages["test_gpu_regression[n1-gpu3]"])
+    )
+    assert (
+        "single-node all_reduce busbw 405.1 GB/s is 15.0% below its baseline 476.5 GB/s "
+        "(median of 2 good runs)" in messages["test_load_regression[n1]"]
+    )
+    assert messages["test_gpu_regression[n1-gpu4]"].startswith("no baseline yet (0 runs)")
+    assert "regressions against the nodes' own history (3):" in third.output
+
+
+def test_allure_shows_each_tests_history(nights):
+    index = NIGHTS / "night3" / "allure-report" / "index.html"
+    start = time.monotonic()
+    # Newest first: night 2 judged gpu2's counters and passed, night 1 had no baseline.
+    assert htmlreport.test_history(index, "test_gpu_regression[n1-gpu2]") == [
+        "passed",
+        "skipped",
+    ]
+    assert htmlreport.test_history(index, "test_ecc_errors[n1-gpu3]") == ["passed", "passed"]
+    TIMINGS["HTML: Allure history of two tests in Chromium"] = time.monotonic() - start

@@ -348,7 +348,9 @@ class Finding:
 def evaluate(chk: Check, node: NodeView, index: int | None = None) -> Finding:
     """Run one check on a node (or one GPU slot of it)."""
     label = node.host if index is None else gpu_label(node.host, index, None)
-    if node.facts.get(chk.section) is None:
+    absent = node.facts.get(chk.section) is None
+    # No history is no reason to forget a missing GPU: that slot fails like every check's.
+    if absent and not (chk.section == HISTORY_SECTION and chk.scope == "gpu"):
         result = _missing_section(node, chk)
     elif chk.scope == "gpu":
         if index is None:
@@ -356,6 +358,8 @@ def evaluate(chk: Check, node: NodeView, index: int | None = None) -> Finding:
         gpu = node.gpu(index)
         if gpu is None:
             result = _missing_gpu(node, index)
+        elif absent:
+            result = _missing_section(node, chk)
         else:
             label = gpu_label(node.host, index, gpu)
             result = _run(chk.fn, node, gpu)

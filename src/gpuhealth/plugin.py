@@ -144,7 +144,7 @@ class RunState:
     profiles: ProfileSet
     verdicts: Path
     facts_dir: Path
-    history: History
+    history: History = field(default_factory=lambda: History(None, Path.cwd()))
     allure: AllureResults | None = None
     junit: JUnitResults | None = None
     records: dict[str, dict[str, Any]] = field(default_factory=dict)  # by test id; see record()
