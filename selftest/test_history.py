@@ -528,3 +528,27 @@ def test_outcomes_are_kept_for_the_next_run(nights, tmp_path):
     assert store.last_states(["n1", "n9"]) == {
         "n1": {"run_id": 1, "at": T0, "verdict": "FAIL", "failed": {("ecc_errors", 3)}}
     }
+
+
+def test_the_history_command_shows_plots_and_prunes(nights, tmp_path, capsys):
+    from gpuhealth.cli import main
+
+    for night in range(3):
+        now = healthy()
+        gpu(now, 3)["ecc"]["aggregate"]["corrected"] = 100 * night
+        nights.remember(now, T0 + night * DAY)
+    store = str(tmp_path / "history.sqlite")
+    assert main(["history", "node17", "--gpu", "3", "--history", store]) == 0
+    out = capsys.readouterr().out
+    table = out.split("node17 gpu3 (")[1].splitlines()
+    assert table[1].split()[0] == "metric" and len(table[1].split()) == 1 + 2 * 3  # 3 runs
+    row = next(line for line in table if line.startswith("ecc_corrected_aggregate"))
+    assert row.split()[1:] == ["0", "100", "200"]
+    assert "3 runs in sqlite:///" in out
+    png = tmp_path / "trend.png"
+    assert main(["history", "--plot", str(png), "--metric", "ecc_*", "--history", store]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert main(["history", "prune", "--keep", "1d", "--history", store]) == 0
+    assert "pruned 3 runs older than 1 days" in capsys.readouterr().out  # T0 is years ago
+    assert main(["history", "--history", str(tmp_path / "none" / "x.sqlite")]) == 0
+    assert "no measurements" in capsys.readouterr().out

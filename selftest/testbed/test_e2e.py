@@ -408,8 +408,8 @@ def test_nights_one_and_two_are_healthy(nights):
             "n2": "PASS",
         }
     first, second = (suite.messages() for suite in nights[:2])
-    assert first["test_gpu_regression[n1-gpu0]"].startswith("no baseline yet (0 runs)")
-    assert first["test_load_regression[n1]"].startswith("no baseline yet (0 runs)")
+    assert "): no baseline yet (0 runs)" in first["test_gpu_regression[n1-gpu0]"]
+    assert "n1: no baseline yet (0 runs)" in first["test_load_regression[n1]"]
     # Night 2 judges the counters against night 1; busbw needs 2 good runs, has 1.
     assert nights[1].outcomes()["test_gpu_regression[n1-gpu0]"] == "passed"
     assert "a baseline needs 2 good runs, has 1" in second["test_load_regression[n1]"]
@@ -449,7 +449,10 @@ def test_night_three_names_exactly_what_changed_on_n1(nights):
         "single-node all_reduce busbw 405.1 GB/s is 15.0% below its baseline 476.5 GB/s "
         "(median of 2 good runs)" in messages["test_load_regression[n1]"]
     )
-    assert messages["test_gpu_regression[n1-gpu4]"].startswith("no baseline yet (0 runs)")
+    assert (
+        "): no baseline yet (0 runs); gpu4 is another GPU"
+        in (messages["test_gpu_regression[n1-gpu4]"])
+    )
     assert "regressions against the nodes' own history (3):" in third.output
 
 

@@ -37,7 +37,12 @@ from gpuhealth.results import ACTION_MEANINGS, Action
 
 # Allure's statuses; a WARN finding is a passed test with its message and a WARN tag.
 PASSED, FAILED, BROKEN, SKIPPED = "passed", "failed", "broken", "skipped"
-_TYPES = {"json": "application/json", "text": "text/plain", "html": "text/html"}
+_TYPES = {
+    "json": "application/json",
+    "text": "text/plain",
+    "html": "text/html",
+    "png": "image/png",
+}
 
 
 @dataclass(frozen=True)
@@ -110,10 +115,11 @@ class AllureResults:
             self._writer = None
             self._files.write(name, body)
 
-    def attach(self, body: str, name: str, kind: str) -> dict[str, str]:
-        """Write an attachment (`json`, `text` or `html`); the reference a result lists."""
+    def attach(self, body: str | bytes, name: str, kind: str) -> dict[str, str]:
+        """Write an attachment (`json`, `text`, `html` or `png`); the reference a result
+        lists."""
         source = f"{uuid.uuid4()}-attachment.{'txt' if kind == 'text' else kind}"
-        self._put(source, body.encode())
+        self._put(source, body.encode() if isinstance(body, str) else body)
         return {"name": name, "source": source, "type": _TYPES[kind]}
 
     def write(self, case: Case) -> None:
@@ -144,10 +150,13 @@ class AllureResults:
             result["attachments"] = case.attachments
         self._put(f"{result['uuid']}-result.json", json.dumps(result).encode())
 
-    def finish(self, environment: Iterable[tuple[str, str]], overview: str) -> None:
+    def finish(
+        self, environment: Iterable[tuple[str, str]], overview: str, trends: bytes | None = None
+    ) -> None:
         """What the whole run comes to: categories.json (one category per action code), the
         environment (shown as the report's metadata, at the top of its page) and `overview`,
-        an HTML page attached to the run (the report's Global Attachments tab)."""
+        an HTML page attached to the run (the report's Global Attachments tab), with the
+        history's `trends` plot (a PNG) when there is one."""
         categories = [
             {
                 "name": name,
@@ -160,10 +169,12 @@ class AllureResults:
         lines = [f"{_escape(k, key=True)}={_escape(v)}" for k, v in environment]
         lines.append(f"python={platform.python_version()}")
         self._put("environment.properties", ("\n".join(lines) + "\n").encode())
-        page = self.attach(overview, "gpuhealth fleet overview", "html")
+        pages = [self.attach(overview, "gpuhealth fleet overview", "html")]
+        if trends is not None:
+            pages.append(self.attach(trends, "gpuhealth history trends (30 days)", "png"))
         run = uuid.uuid4()
         stamp = int(time.time() * 1000)
-        globals_ = {"attachments": [{**page, "timestamp": stamp}], "errors": []}
+        globals_ = {"attachments": [{**p, "timestamp": stamp} for p in pages], "errors": []}
         self._put(f"{run}-globals.json", json.dumps(globals_).encode())
 
     def close(self) -> str | None:

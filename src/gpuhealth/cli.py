@@ -3,6 +3,7 @@
 - `gpuhealth triage FILE...`: judge saved evidence (a log in a ticket) with the suite's checks.
 - `gpuhealth probe`: print this machine's facts document (what the suite would judge).
 - `gpuhealth profiles`: list the SKU profiles, show one's limits, or every profile key.
+- `gpuhealth history`: measured values over time from the run store, as tables or a plot.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from gpuhealth.checks import NodeView, gpu_slots, judged
 from gpuhealth.config import ConfigError, Expectations, ProfileSet, key_table, resolve_limits
 from gpuhealth.evidence import EvidenceError, facts_from_files
 from gpuhealth.families.nccl.checks import set_node_count
+from gpuhealth.history import show
 
 # Exit codes of `gpuhealth triage`: a FAIL verdict is 1; bad input is 2; a bug is 3, never 1.
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_BUG = 0, 1, 2, 3
@@ -197,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     profiles.add_argument("--keys", action="store_true", help="every profile key and default")
     profiles.add_argument("--markdown", action="store_true", help="--keys as a Markdown table")
     profiles.set_defaults(func=_profiles)
+    show.add_parser(sub)
     return parser
 
 

@@ -22,6 +22,7 @@ from gpuhealth import report as reporting
 from gpuhealth.allure_results import BROKEN, FAILED, PASSED, SKIPPED, Case
 from gpuhealth.checks import Finding
 from gpuhealth.history.run import new_failures, run_record
+from gpuhealth.history.show import trends_png
 from gpuhealth.history.store import StoreError
 from gpuhealth.results import Action, Result, Status
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 # Above this many nodes the terminal lists the nodes that need attention, not every PASS.
 LIST_ALL_NODES = 50
+TREND_DAYS = 30  # the span of the history plot the Allure report carries
 
 
 @dataclass
@@ -173,9 +175,11 @@ class Reporter:
                 self.problems.append(f"JUnit XML not written: {exc}")
         if self.state.allure is not None:
             summary = reporting.FleetSummary.of(self.verdicts)
+            store = self.state.history.store() if kept else None
             self.state.allure.finish(
                 [*summary.metadata(), ("level", self.state.level)],
                 reporting.overview_html(self.verdicts, "gpuhealth fleet overview"),
+                trends_png(store, time.time() - TREND_DAYS * 86400) if store else None,
             )
             problem = self.state.allure.close()
             if problem:
