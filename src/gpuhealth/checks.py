@@ -349,8 +349,10 @@ def evaluate(chk: Check, node: NodeView, index: int | None = None) -> Finding:
     """Run one check on a node (or one GPU slot of it)."""
     label = node.host if index is None else gpu_label(node.host, index, None)
     absent = node.facts.get(chk.section) is None
-    # No history is no reason to forget a missing GPU: that slot fails like every check's.
-    if absent and not (chk.section == HISTORY_SECTION and chk.scope == "gpu"):
+    # No history is no reason to forget a GPU missing from the node's GPU list: that slot
+    # fails like every check's (a saved log with no GPU list is still "not evaluated").
+    gpus_known = node.facts.get("gpus") is not None
+    if absent and not (chk.section == HISTORY_SECTION and chk.scope == "gpu" and gpus_known):
         result = _missing_section(node, chk)
     elif chk.scope == "gpu":
         if index is None:
