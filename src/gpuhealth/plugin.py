@@ -548,10 +548,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         RUNNING.subject = _subject(item, host, slot.index)
         if not host.measured and state.history.spec is not None:
             host.measured = True  # what the run store keeps, on the host's first test
-            found = measured(host.view())
-            kept = record(item).setdefault("history", {"rows": []})
-            kept["identity"] = found["identity"]
-            kept["rows"] += found["rows"]
+            keep_measured(item, measured(host.view()))
 
 
 # ---------------------------------------------------------------- fixtures
@@ -689,7 +686,8 @@ def with_active(slot: Slot | Subject, section: str) -> Subject:
     if host.target.host is None:
         pytest.skip("active checks need a live host: not run on saved facts (--facts)")
     state = host.state
-    if section not in host.active:
+    launched = section not in host.active
+    if launched:
         run = registry.active_run(section)
         ctx = ActiveContext(
             view=subject.view,
@@ -697,14 +695,6 @@ def with_active(slot: Slot | Subject, section: str) -> Subject:
             launch=lambda name, command, timeout: state.launch(host.target, name, command, timeout),
         )
         host.active[section] = run.launch(ctx)
-        if state.history.spec is not None:
-            loaded = NodeView(
-                host.target.name,
-                {**subject.view.facts, section: host.active[section][0]},
-                subject.view.limits,
-            )
-            rows = measured_load(loaded, section)["rows"]
-            record(subject.item).setdefault("history", {"rows": []})["rows"] += rows
         for name, outcome in host.active[section][1]:
             ref = state.attach(subject.item, f"{name}.log", redact(outcome.log), "text")
             host.evidence.setdefault(section, []).extend([ref] if ref else [])
@@ -712,7 +702,18 @@ def with_active(slot: Slot | Subject, section: str) -> Subject:
         record(subject.item).setdefault("attachments", []).extend(host.evidence.get(section, []))
     facts = {**subject.view.facts, section: host.active[section][0]}
     view = NodeView(subject.view.host, facts, subject.view.limits)
+    if launched and state.history.spec is not None:
+        keep_measured(subject.item, measured_load(view, section))
     return Subject(view, subject.index, subject.item, host)
+
+
+def keep_measured(item: pytest.Item, found: dict[str, Any]) -> None:
+    """Add what a host measured (gpuhealth.history.run.measured*) to the test's record, for
+    the run store: its rows, and its identity when the host's facts were read."""
+    kept = record(item).setdefault("history", {"rows": []})
+    kept["rows"] += found["rows"]
+    if "identity" in found:
+        kept["identity"] = found["identity"]
 
 
 def attach_json(slot: Slot | Subject, name: str, value: Any) -> None:

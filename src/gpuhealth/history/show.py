@@ -110,12 +110,14 @@ def trends_png(store: Store, since: float) -> bytes | None:
 
 def run(args: argparse.Namespace) -> int:
     """`gpuhealth history`: a table (or --plot) of measured values, or `prune --keep`."""
-    host = args.host or (args.target if args.target != "prune" else None)
+    pruning = args.target == "prune" and not args.host
+    if pruning and args.keep is None:
+        print("gpuhealth history prune: --keep SPAN is required, e.g. 90d")
+        return 2
+    host = args.host or (None if pruning else args.target)
     try:
         store = Store(args.history)
-        if args.target == "prune" and not args.host:
-            if args.keep is None:
-                raise SystemExit("gpuhealth history prune: --keep SPAN is required, e.g. 90d")
+        if pruning:
             gone = store.prune(time.time() - args.keep)
             print(f"pruned {gone} runs older than {args.keep / 86400:g} days from {store.name}")
             return 0

@@ -77,13 +77,23 @@ GPUS = sa.Table(
     sa.Column("vbios", sa.String(64)),
     sa.Column("name", sa.String(128)),
 )
+
+
+def _per_run_rows() -> tuple[sa.Column[Any], ...]:
+    """The columns every per-host row of a run starts with: its id, run, host and GPU (the
+    index in that run: it moves when GPUs are swapped; null for the node)."""
+    return (
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        _run_id(nullable=False),
+        sa.Column("host", _HOST, nullable=False),
+        sa.Column("gpu", sa.Integer),
+    )
+
+
 FINDINGS = sa.Table(
     "findings",
     METADATA,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    _run_id(nullable=False),
-    sa.Column("host", _HOST, nullable=False),
-    sa.Column("gpu", sa.Integer),
+    *_per_run_rows(),
     sa.Column("check", sa.String(64), nullable=False),
     sa.Column("status", sa.String(8), nullable=False),
     sa.Column("action", sa.String(16), nullable=False),
@@ -93,10 +103,7 @@ FINDINGS = sa.Table(
 REGRESSIONS = sa.Table(
     "regressions",
     METADATA,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    _run_id(nullable=False),
-    sa.Column("host", _HOST, nullable=False),
-    sa.Column("gpu", sa.Integer),
+    *_per_run_rows(),
     sa.Column("check", sa.String(64), nullable=False),
     sa.Column("metric", sa.String(128), nullable=False),
     sa.Column("baseline", sa.Text),  # JSON scalars: a number, or a verdict for new failures
@@ -108,10 +115,7 @@ REGRESSIONS = sa.Table(
 MEASUREMENTS = sa.Table(
     "measurements",
     METADATA,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    _run_id(nullable=False),
-    sa.Column("host", _HOST, nullable=False),
-    sa.Column("gpu", sa.Integer),  # the index in that run (it moves when GPUs are swapped)
+    *_per_run_rows(),
     sa.Column("gpu_key", sa.String(64)),  # serial, else UUID: what stays with the GPU
     sa.Column("metric", sa.String(128), nullable=False),
     sa.Column("value", sa.Float, nullable=False),

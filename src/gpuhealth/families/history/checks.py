@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuhealth.checks import CheckSet, NodeView, gpu_label, section
+from gpuhealth.checks import CheckSet, NodeView, StopCheck, gpu_label, section
 from gpuhealth.families.history import metrics
 from gpuhealth.families.history.limits import HistoryLimits
 from gpuhealth.families.history.metrics import KERNEL_LOG_UNTIL, Metric, Values
@@ -88,13 +88,13 @@ class Judgement:
         return Result(found.status, found.message, notes=notes)
 
 
-def _history(node: NodeView) -> tuple[dict[str, Any], list[Sample]]:
+def _history(node: NodeView, needed: bool = False) -> tuple[dict[str, Any], list[Sample]]:
+    """The section and its samples; with `needed`, stop with a SKIP when there are none."""
     record = section(node, "history")
-    return record, [s for s in record.get("runs") or [] if isinstance(s, dict)]
-
-
-def _no_runs(runs: list[Sample]) -> Result | None:
-    return skipped("no baseline yet (0 runs)") if not runs else None
+    runs = [s for s in record.get("runs") or [] if isinstance(s, dict)]
+    if needed and not runs:
+        raise StopCheck(skipped("no baseline yet (0 runs)"))
+    return record, runs
 
 
 def judge_counter(
@@ -257,12 +257,11 @@ def _gpu_notes(runs: list[Sample], gpu: dict[str, Any], key: str | None) -> list
     return notes
 
 
-def _same_epoch(sample: Sample, node: NodeView) -> bool:
+def _same_epoch(node: NodeView) -> Callable[[Sample], bool]:
     """Whether an earlier run had the node's current driver and HCA firmware."""
-    node_id, _ = metrics.identity(node.facts)
-    return (
-        sample.get("driver") == node_id["driver"]
-        and (sample.get("firmware") or {}) == node_id["firmware"]
+    now, _ = metrics.identity(node.facts)
+    return lambda sample: (
+        sample.get("driver") == now["driver"] and (sample.get("firmware") or {}) == now["firmware"]
     )
 
 
@@ -270,13 +269,14 @@ def _gpu_past(runs: list[Sample], node: NodeView, key: str, vbios: Any, until_ch
     """This GPU's earlier values, newest first; with `until_change`, only since its VBIOS or
     the node's driver or firmware last changed (a drift baseline restarts there)."""
     past: Past = []
+    same = _same_epoch(node)
     for sample in runs:
         index = _index_of(sample, key)
         if index is None:
             continue
         if until_change:
             seen = (sample.get("gpus") or {}).get(index, {}).get("vbios")
-            if not _same_epoch(sample, node) or (vbios and seen and seen != vbios):
+            if not same(sample) or (vbios and seen and seen != vbios):
                 break
         good = sample.get("verdict") in ("PASS", "WARN")
         past.append((float(sample["at"]), (sample.get("gpu") or {}).get(index, {}), good))
@@ -285,8 +285,9 @@ def _gpu_past(runs: list[Sample], node: NodeView, key: str, vbios: Any, until_ch
 
 def _node_past(runs: list[Sample], node: NodeView, until_change: bool) -> Past:
     past: Past = []
+    same = _same_epoch(node)
     for sample in runs:
-        if until_change and not _same_epoch(sample, node):
+        if until_change and not same(sample):
             break
         good = sample.get("verdict") in ("PASS", "WARN")
         past.append((float(sample["at"]), sample.get("node") or {}, good))
@@ -376,10 +377,7 @@ def _judge_xids(node: NodeView, runs: list[Sample], out: Judgement) -> None:
 @CHECKS.node("node_regression", "regression", severity="normal", section="history")
 def node_regression(node: NodeView) -> Result:
     """No new fatal XID since the last run; no InfiniBand error counter grew past its rate."""
-    record, runs = _history(node)
-    none = _no_runs(runs)
-    if none:
-        return none
+    record, runs = _history(node, needed=True)
     out = Judgement(node.host, None, "node_regression")
     out.notes = _node_notes(runs, node)
     _judge_xids(node, runs, out)
@@ -401,10 +399,7 @@ def node_regression(node: NodeView) -> Result:
 )
 def load_regression(node: NodeView) -> Result:
     """Single-node NCCL busbw near the node's baseline; no GPU newly fails DCGM's diagnostic."""
-    record, runs = _history(node)
-    none = _no_runs(runs)
-    if none:
-        return none
+    record, runs = _history(node, needed=True)
     out = Judgement(node.host, None, "load_regression")
     lim = node.limits.get(HistoryLimits)
     now = float(record.get("now") or time.time())

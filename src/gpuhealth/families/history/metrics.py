@@ -152,36 +152,18 @@ METRICS = (
         saturates=255,
         advice=_IB_CABLE,
     ),
-    Metric(
-        "ib.*.symbol_error",
-        "symbol errors",
-        "rate",
-        _IB_RATE,
-        resets=True,
-        saturates=65535,
-        advice=_IB_CABLE,
-    ),
-    Metric(
-        "ib.*.port_rcv_errors",
-        "receive errors",
-        "rate",
-        _IB_RATE,
-        resets=True,
-        saturates=65535,
-        advice=_IB_CABLE,
-    ),
-    Metric(
-        "ib.*.link_error_recovery",
-        "link error recoveries",
-        "rate",
-        _IB_RATE,
-        resets=True,
-        saturates=255,
-        advice=_IB_CABLE,
+    *(
+        Metric(
+            f"ib.*.{counter}", what, "rate", _IB_RATE, resets=True, saturates=top, advice=_IB_CABLE
+        )
+        for counter, what, top in (
+            ("symbol_error", "symbol errors", 65535),
+            ("port_rcv_errors", "receive errors", 65535),
+            ("link_error_recovery", "link error recoveries", 255),
+        )
     ),
 )
 _BY_NAME = {m.name: m for m in METRICS}
-GPU_PASSIVE = tuple(m.name for m in METRICS[:8])
 IB_COUNTERS = tuple(m.name.rpartition(".")[2] for m in METRICS if m.name.startswith("ib."))
 # Not a judged metric: where the last run's kernel log reading ended, so the next run can
 # tell new XID events from ones already seen.
