@@ -497,6 +497,22 @@ def test_a_sweep_whose_sizes_are_rounded_down_per_rank_has_no_gap():
     assert parse_nccl_tests._sweep_gap(header, rows) == (16320, 65472)
 
 
+def test_a_row_missing_from_a_second_root_or_cycle_is_a_gap():
+    """broadcast with `-r -1` sweeps again for every root, and repeated cycles sweep again:
+    a row missing from the second sweep is found there."""
+    mib = 1 << 20
+    header = {"min_bytes": mib, "step": 2, "step_kind": "factor"}
+
+    def sweep(root, sizes):
+        return [{"type": "float", "redop": "none", "root": root, "size": s * mib} for s in sizes]
+
+    rows = sweep(0, [1, 2, 4, 8]) + sweep(1, [1, 4, 8])
+    assert parse_nccl_tests._sweep_gap(header, rows) == (mib, 4 * mib)
+    again = sweep(0, [1, 2, 4, 8]) + sweep(0, [1, 4, 8])
+    assert parse_nccl_tests._sweep_gap(header, again) == (mib, 4 * mib)
+    assert parse_nccl_tests._sweep_gap(header, sweep(0, [1, 2, 4]) * 2) is None
+
+
 def test_an_ecc_total_with_an_unknown_part_fails_on_the_parts_it_knows():
     facts = healthy_h100()
     group = facts["gpus"][0]["ecc"]["aggregate"]

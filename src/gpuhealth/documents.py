@@ -135,11 +135,11 @@ def read_bounded(path: Path, limit: int) -> str:
     device might never end), and so does a file over `limit` bytes."""
     if not path.is_file():
         raise OSError(f"not a regular file{'' if path.exists() else ' (it does not exist)'}")
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        text = handle.read(limit + 1)
-    if len(text) > limit:
+    with path.open("rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
         raise OSError(f"larger than {limit >> 20} MiB")
-    return text
+    return data.decode("utf-8", errors="replace")
 
 
 def load_facts(path: Path) -> dict[str, Any]:

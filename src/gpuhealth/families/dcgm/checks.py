@@ -108,7 +108,7 @@ def dcgm_diag(node: NodeView) -> Result:
             named = test
             if len(result["gpus"]) == 1 and result["entity"] is None:
                 per_gpu += 1
-                if result["gpus"][0] < slots:
+                if 0 <= result["gpus"][0] < slots:  # a negative id is judged here, not lost
                     continue
                 named = {**test, "name": f"GPU {result['gpus'][0]} {test['name']}"}
             _sort(named, result, buckets)

@@ -349,7 +349,9 @@ def parse_fabric_manager(text: str) -> Dict[str, Any]:
         if when is not None and epoch(when) <= time.time() + _SKEW_S:
             newest = when  # the log's last line ends it (see parse)
         if level not in _FM_LEVELS:  # a garbled level may hide an error
-            events.append({"kind": "unreadable", "time": when, "uptime_s": None, "text": line})
+            events.append(
+                {"kind": "unreadable", "time": when, "uptime_s": None, "text": line[:300]}
+            )
             continue
         if level not in ("ERROR", "FATAL", "CRITICAL"):
             continue

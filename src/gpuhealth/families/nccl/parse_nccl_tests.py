@@ -59,8 +59,6 @@ _NCCL_VERSION = re.compile(r"\bNCCL version (\S+)")
 _DEFAULT_COLUMNS = (
     "size count type redop root time algbw busbw #wrong time algbw busbw #wrong".split()
 )
-_LEADING = ("size", "count", "type", "redop", "root")
-_PER_PLACE = ("time", "algbw", "busbw", "#wrong")
 # Bytes per element of the types nccl-tests prints, to recognise an all_reduce table.
 _TYPE_BYTES = {
     "int8": 1,
@@ -196,7 +194,7 @@ def _sweep_gap(
     the first row), or None. Unknown without the header.
 
     nccl-tests steps an unrounded size (times the factor, or plus the step) from min_bytes in
-    each (type, operation) table, and prints it rounded down to whole elements per rank
+    each (type, operation, root) table, and prints it rounded down to whole elements per rank
     (all_gather with 24 ranks prints 960 after 480, then 2016): so each row is held to the
     size meant for it, which a row after a missing one exceeds."""
     if not header or "step" not in header or "min_bytes" not in header:
@@ -204,8 +202,11 @@ def _sweep_gap(
     factor, step = header["step_kind"] == "factor", header["step"]
     meant, table, before = 0, None, 0
     for row in rows:
-        if (row["type"], row["redop"]) != table:
-            table, meant, before = (row["type"], row["redop"]), header["min_bytes"], 0
+        # A new table: another type, operation or root (`-r -1` loops over roots), or a
+        # sweep that starts again (repeated cycles) with the same ones.
+        key = (row["type"], row["redop"], row.get("root"))
+        if key != table or row["size"] < before:
+            table, meant, before = key, header["min_bytes"], 0
         if row["size"] > max(meant, 1) * 1.01 + 64:
             return before, row["size"]
         meant = meant * max(step, 2) if factor else meant + max(step, 1)
