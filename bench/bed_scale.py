@@ -175,19 +175,16 @@ def measured(row: Row, bed: bedlib.Bed) -> Iterator[None]:
         row.cpu.setdefault(what, []).append(seconds)
 
 
-def control_sockets(bed: bedlib.Bed, which: str = "*") -> list[Path]:
-    """The ssh masters' sockets: the bed's ssh_config's (cm-*) and Ansible's (cp/*)."""
-    found = {"cm": list(bed.run_dir.glob("cm-*")), "cp": list(bed.run_dir.glob("cp/*"))}
-    return found[which] if which in found else found["cm"] + found["cp"]
+def control_sockets(bed: bedlib.Bed, which: str) -> list[Path]:
+    """The ssh masters' sockets of the bed's ssh_config (`cm`) or of Ansible (`cp`)."""
+    return list(bed.run_dir.glob("cm-*" if which == "cm" else "cp/*"))
 
 
 def close_masters(bed: bedlib.Bed) -> None:
     """Close every multiplexed ssh connection, so the next step pays its own handshakes."""
-    for sock in control_sockets(bed):
-        argv = ["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "x"]
-        subprocess.run(argv, capture_output=True, timeout=10)
+    bedlib.close_masters(bed.run_dir)
     for _ in range(50):
-        if not control_sockets(bed):
+        if not bedlib.control_sockets(bed.run_dir):
             break
         time.sleep(0.1)
 

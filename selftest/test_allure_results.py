@@ -306,7 +306,7 @@ def test_a_test_whose_worker_crashed_or_that_never_ended_is_still_reported(tmp_p
 
     state = RunState(
         config=SimpleNamespace(option=SimpleNamespace(level="quick")),  # type: ignore[arg-type]
-        targets={},
+        targets={"n1": SimpleNamespace(name="n1", gpu_slots=2)},  # type: ignore[dict-item]
         profiles=None,  # type: ignore[arg-type]
         verdicts=tmp_path / "verdicts.json",
         facts_dir=tmp_path / "facts",
@@ -344,3 +344,8 @@ def test_a_test_whose_worker_crashed_or_that_never_ended_is_still_reported(tmp_p
     assert {found[n]["status"] for n in ("test_power[n1-gpu0]", "test_power[n1-gpu1]")} == {
         "broken"
     }
+    # Neither reported its record, yet both count against n1: placed by their ids.
+    verdicts = json.loads((tmp_path / "verdicts.json").read_text())
+    assert verdicts["complete"] is False
+    n1 = verdicts["nodes"]["n1"]
+    assert n1["verdict"] == "FAIL" and n1["counts"]["ERROR"] == 2

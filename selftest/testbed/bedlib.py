@@ -460,9 +460,19 @@ def _reap_adopted() -> None:
                 os.waitpid(int(proc.name), os.WNOHANG)
 
 
-def _kill_all(run_dir: Path) -> None:
-    for sock in list(run_dir.glob("cm-*")) + list(run_dir.glob("cp/*")):
+def control_sockets(run_dir: Path) -> list[Path]:
+    """The ssh masters' sockets: the bed's ssh_config's (cm-*) and Ansible's (cp/*)."""
+    return list(run_dir.glob("cm-*")) + list(run_dir.glob("cp/*"))
+
+
+def close_masters(run_dir: Path) -> None:
+    """Ask every multiplexed ssh master of the bed to exit."""
+    for sock in control_sockets(run_dir):
         _run("ssh", "-o", f"ControlPath={sock}", "-O", "exit", "x", check=False, timeout=5)
+
+
+def _kill_all(run_dir: Path) -> None:
+    close_masters(run_dir)
     for _ in range(3):  # new processes may appear while killing (ssh masters forking)
         pids = bed_processes(run_dir)
         for pid in pids:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import json
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -81,15 +80,15 @@ class AllureResults:
     workers only write attachments into it."""
 
     def __init__(self, directory: Path, clean: bool, background: bool) -> None:
-        self.directory = directory
         self._files = allure_writer.Files(directory)
         self._problem: str | None = None
-        old = list(directory.parent.glob(f".{directory.name}.old-*"))  # an earlier run's
+        # Old folders (this run's, an earlier run's) are the writer's to delete: workers, which
+        # have none, leave them alone.
+        old = list(directory.parent.glob(f".{directory.name}.old-*")) if background else []
         if clean and directory.is_dir():
             old.append(directory.with_name(f".{directory.name}.old-{uuid.uuid4().hex[:8]}"))
             directory.rename(old[-1])
         directory.mkdir(parents=True, exist_ok=True)
-        self._old = old
         self._writer: subprocess.Popen[bytes] | None = None
         if background:
             command = [sys.executable, "-I", allure_writer.__file__, str(directory)]
@@ -98,6 +97,9 @@ class AllureResults:
                 stdin=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 bufsize=1 << 20,
+                # Its own session: ^C stops the suite, not the writer, which writes what it was
+                # sent (the interrupted run's reports) and ends at the end of its input.
+                start_new_session=True,
             )
 
     def _put(self, name: str, body: bytes) -> None:
@@ -189,10 +191,6 @@ class AllureResults:
             error = writer.stderr.read().decode(errors="replace").strip() if writer.stderr else ""
             if writer.wait() != 0:
                 problems.append(error or f"Allure writer process exited {writer.returncode}")
-        else:
-            for path in self._old:
-                shutil.rmtree(path, ignore_errors=True)
-        self._old = []
         problems.append(self._files.problem())
         found = [p for p in problems if p]
         return "; ".join(found) if found else None

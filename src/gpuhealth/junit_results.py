@@ -32,7 +32,6 @@ _ATTRIBUTE = str.maketrans(
     }
 )
 _TEXT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
-KINDS = ("failure", "error", "skipped")
 
 
 def _legal(text: str) -> str:

@@ -31,13 +31,13 @@ from gpuhealth.active import LEVELS, level_allows
 from gpuhealth.active.runner import ActiveContext, Outcome, Run, run_on
 from gpuhealth.allure_results import AllureResults
 from gpuhealth.checks import HISTORY_SECTION, NodeView, evaluate
-from gpuhealth.config import ConfigError, Profile, ProfileSet, resolve_limits
+from gpuhealth.config import ConfigError, ProfileSet, resolve_limits
 from gpuhealth.documents import FactsError, load_facts
 from gpuhealth.history.run import DEFAULT_STORE, POLICIES, History, measured, measured_load
 from gpuhealth.junit_results import JUnitResults
 from gpuhealth.reporter import Reporter
 from gpuhealth.results import Status
-from gpuhealth.targets import Target, live_targets, offline_targets
+from gpuhealth.targets import Target, gpu_param, live_targets, offline_targets
 from gpuhealth.transport import ProbeError, run_probe
 
 _STATE = pytest.StashKey["RunState"]()
@@ -408,11 +408,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if state is None:
         return
     state.history.close()
-    if state.allure is None:
+    output = getattr(session.config, "workeroutput", None)
+    if state.allure is None or output is None:  # the controller's Reporter closed its own
         return
     problem = state.allure.close()
-    output = getattr(session.config, "workeroutput", None)
-    if problem and output is not None:
+    if problem:
         output["gpuhealth_allure"] = problem
 
 
@@ -436,10 +436,6 @@ def _take_over_junit(config: pytest.Config) -> JUnitResults | None:
 # ---------------------------------------------------------------- parametrisation
 
 
-def _gpu_id(host: str, index: int) -> str:
-    return f"{host}-gpu{index}"
-
-
 def host_groups(targets: list[Target]) -> dict[str, str]:
     """Test-id parameter (`n17`, `n17-gpu3`) -> the scheduling group of its host.
 
@@ -451,7 +447,7 @@ def host_groups(targets: list[Target]) -> dict[str, str]:
     for target in targets:
         owners.setdefault(target.name, set()).add(target.name)
         for index in range(target.gpu_slots):
-            owners.setdefault(_gpu_id(target.name, index), set()).add(target.name)
+            owners.setdefault(gpu_param(target.name, index), set()).add(target.name)
     group = {t.name: t.name for t in targets}
 
     def find(name: str) -> str:
@@ -502,7 +498,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "gpu" in metafunc.fixturenames:
         pairs = [(h, i) for h in names for i in range(state.targets[h].gpu_slots)]
         slots = [Slot(h, i) for h, i in pairs]
-        metafunc.parametrize("gpu", slots, ids=[_gpu_id(h, i) for h, i in pairs])
+        metafunc.parametrize("gpu", slots, ids=[gpu_param(h, i) for h, i in pairs])
     elif "node" in metafunc.fixturenames:
         metafunc.parametrize("node", [Slot(h, None) for h in names], ids=names)
 
@@ -510,29 +506,29 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run each host's tests together (so each host is probed once, then its facts freed:
-    last, after any plugin that reorders tests), and label every test with its host (and
-    GPU) before anything can fail."""
+    last, after any plugin that reorders tests)."""
     state = config.stash.get(_STATE, None)
     if state is None:
         return
     order = {name: i for i, name in enumerate(state.targets)}
-    for item in items:
-        slot = _slot_of(item)
-        if slot is not None:
-            found = record(item)
-            found["host"] = slot.host
-            if slot.index is not None:
-                found["gpu"] = slot.index
     items.sort(key=lambda item: order.get(getattr(_slot_of(item), "host", ""), len(order)))
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Skip an active check (marked `level`) below its level, before its host is probed;
-    then resolve the test's host: probed, or its saved facts loaded, once per run."""
+    """Label the test with its host (and GPU) before anything can fail; skip an active
+    check (marked `level`) below its level, before its host is probed; then resolve the
+    test's host: probed, or its saved facts loaded, once per run. (A test that never gets
+    here is placed by its id: Reporter.)"""
     state = item.config.stash.get(_STATE, None)
     if state is None:
         return
+    slot = _slot_of(item)
+    if slot is not None:
+        found = record(item)
+        found["host"] = slot.host
+        if slot.index is not None:
+            found["gpu"] = slot.index
     function = getattr(item, "function", None)
     if function not in state.levels:  # the same for every test of a function: look once
         marker = item.get_closest_marker("level")
@@ -542,7 +538,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if needed is not None and not level_allows(current, needed):
         pytest.skip(f"not run at level {current} (use --level {needed})")
     RUNNING.subject = None
-    slot = _slot_of(item)
     if slot is not None:
         host = state.host(slot.host)
         RUNNING.subject = _subject(item, host, slot.index)
@@ -567,7 +562,6 @@ class HostState:
     evidence: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     attached: bool = False
     measured: bool = False
-    _limits: dict[str | None, Profile] = field(default_factory=dict)
     _view: NodeView | None = None
 
     def view(self) -> NodeView:
@@ -576,18 +570,11 @@ class HostState:
             facts = self.facts or {}
             gpus = facts.get("gpus") or []
             first = next((g.get("name") for g in gpus if g.get("name")), None)
-            limits = self.limits(first)
+            # The profile matched by the GPUs' name when the inventory names none.
+            limits = resolve_limits(self.target.expectations, self.state.profiles, first)
             past = self.state.history.section(self.target.name, limits)
             self._view = NodeView(self.target.name, {**facts, HISTORY_SECTION: past}, limits)
         return self._view
-
-    def limits(self, product_name: str | None) -> Profile:
-        """The host's limits (profile matched by the GPUs' name when the inventory names none)."""
-        if product_name not in self._limits:
-            self._limits[product_name] = resolve_limits(
-                self.target.expectations, self.state.profiles, product_name
-            )
-        return self._limits[product_name]
 
 
 def _collect(state: RunState, target: Target) -> HostState:

@@ -25,6 +25,7 @@ from gpuhealth.history.run import new_failures, run_record
 from gpuhealth.history.show import trends_png
 from gpuhealth.history.store import StoreError
 from gpuhealth.results import Action, Result, Status
+from gpuhealth.targets import slot_params
 
 if TYPE_CHECKING:
     from gpuhealth.plugin import RunState
@@ -62,6 +63,7 @@ class Reporter:
     measured: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> for the store
     cut_short: bool = False  # tests the run ended before (^C, a lost worker)
     _pending: dict[str, _Pending] = field(default_factory=dict)
+    _slots: dict[str, tuple[str, int | None]] | None = None  # see _placed
 
     @property
     def book(self) -> reporting.VerdictBook:
@@ -84,8 +86,18 @@ class Reporter:
         if report.when in ("setup", "call"):
             return
         # Its teardown, or xdist's report (when "???") of a test whose worker crashed.
-        props: dict[str, Any] = report.__dict__.pop("gpuhealth", None) or {}
+        props = report.__dict__.pop("gpuhealth", None) or self._placed(report.nodeid)
         self._finish(report.nodeid, report.stop or time.time(), props)
+
+    def _placed(self, nodeid: str) -> dict[str, Any]:
+        """The host and GPU of a test that reported no record (its worker crashed, the run
+        ended before it), from its id's parameter, which the plugin generated: its node's
+        verdict must still count it."""
+        if self._slots is None:
+            self._slots = slot_params(self.state.targets.values())
+        param = nodeid.rpartition("[")[2][:-1] if nodeid.endswith("]") else ""
+        host, gpu = self._slots.get(param, (None, None))
+        return {} if host is None else {"host": host, "gpu": gpu}
 
     def _finish(self, nodeid: str, stop: float, props: dict[str, Any]) -> None:
         """A test is over: its verdict, Allure result and JUnit test case."""
@@ -153,21 +165,27 @@ class Reporter:
             if not pending.when:
                 pending.when, pending.crash = "teardown", "the run ended before the test did"
                 pending.longrepr = pending.crash
-            self._finish(nodeid, time.time(), {})
+            props = self.state.records.pop(nodeid, None) or self._placed(nodeid)
+            self._finish(nodeid, time.time(), props)
         for name in self.state.targets:
             self.book.node(name)
         self.verdicts = self.book.finish()
+        # Each report on its own: one that cannot be written stops none of the others.
         kept = self._keep_history(session, int(exitstatus))
         history = self.state.history
-        reporting.write_json(
-            self.verdicts,
-            self.state.verdicts,
-            {
-                "hosts": sorted(self.state.targets),
-                "source": "pytest",
-                "history": {"store": history.name, "run": history.uid if kept else None},
-            },
-        )
+        try:
+            reporting.write_json(
+                self.verdicts,
+                self.state.verdicts,
+                {
+                    "hosts": sorted(self.state.targets),
+                    "source": "pytest",
+                    "complete": not self.cut_short,
+                    "history": {"store": history.name, "run": history.uid if kept else None},
+                },
+            )
+        except OSError as exc:
+            self.problems.append(f"verdicts not written to {self.state.verdicts}: {exc}")
         if self.state.junit is not None:
             try:
                 self.state.junit.close()
@@ -175,15 +193,23 @@ class Reporter:
                 self.problems.append(f"JUnit XML not written: {exc}")
         if self.state.allure is not None:
             summary = reporting.FleetSummary.of(self.verdicts)
-            store = self.state.history.store() if kept else None
             self.state.allure.finish(
                 [*summary.metadata(), ("level", self.state.level)],
                 reporting.overview_html(self.verdicts, "gpuhealth fleet overview"),
-                trends_png(store, time.time() - TREND_DAYS * 86400) if store else None,
+                self._trends() if kept else None,
             )
             problem = self.state.allure.close()
             if problem:
                 self.problems.append(problem)
+
+    def _trends(self) -> bytes | None:
+        """The store's trend plot for the Allure report, or None (and why, in problems)."""
+        store = self.state.history.store()
+        try:
+            return trends_png(store, time.time() - TREND_DAYS * 86400) if store else None
+        except StoreError as exc:
+            self.problems.append(f"no trend plot in the Allure report: {exc}")
+            return None
 
     def _keep_history(self, session: pytest.Session, exitstatus: int) -> bool:
         """Name the nodes that passed last run and fail now, then append the run to the

@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,3 +149,19 @@ def offline_targets(folder: Path, profiles: ProfileSet, cli: dict[str, Any]) -> 
         host_vars = runner.get_variables(name) if name in known else {}
         targets.append(_target(name, host_vars, profiles, cli, facts_file=path))
     return targets
+
+
+def gpu_param(host: str, index: int) -> str:
+    """The test-id parameter of a host's GPU slot: `node17-gpu3` (a node test's is the host)."""
+    return f"{host}-gpu{index}"
+
+
+def slot_params(targets: Iterable[Target]) -> dict[str, tuple[str, int | None]]:
+    """Test-id parameter -> (host, GPU index or None) for every slot of the run: where a test
+    that never reported its own record (its worker crashed, the run ended first) belongs."""
+    found: dict[str, tuple[str, int | None]] = {}
+    for target in targets:
+        found.setdefault(target.name, (target.name, None))
+        for index in range(target.gpu_slots):
+            found.setdefault(gpu_param(target.name, index), (target.name, index))
+    return found

@@ -98,7 +98,7 @@ def plot(rows: list[dict[str, Any]], metrics: list[str], title: str) -> bytes:
 def trends_png(store: Store, since: float) -> bytes | None:
     """The nightly report's trend plot of the key metrics the store has (None: none yet, or
     matplotlib is not installed)."""
-    rows = [r for r in store.series(since=since) if r["metric"] in KEY_METRICS]
+    rows = store.series(since=since, among=KEY_METRICS)
     found = [m for m in KEY_METRICS if any(r["metric"] == m for r in rows)]
     if not found or len({r["started_at"] for r in rows}) < 2:
         return None

@@ -413,9 +413,11 @@ class Store:
         gpu: int | None = None,
         metric: str | None = None,
         since: float | None = None,
+        among: Iterable[str] | None = None,
     ) -> list[dict[str, Any]]:
         """Measured values over time, oldest first: run time, host, GPU (index and serial),
-        metric and value, filtered by any of host, GPU index, metric (a `*` glob) and time."""
+        metric and value, filtered by any of host, GPU index, metric (a `*` glob, or `among`
+        these names) and time."""
         query = (
             sa.select(
                 RUNS.c.started_at,
@@ -438,6 +440,8 @@ class Store:
             query = query.where(MEASUREMENTS.c.metric.like(pattern.replace("*", "%"), escape="\\"))
         if since is not None:
             query = query.where(RUNS.c.started_at >= since)
+        if among is not None:
+            query = query.where(MEASUREMENTS.c.metric.in_(list(among)))
         query = query.order_by(
             RUNS.c.started_at, MEASUREMENTS.c.host, MEASUREMENTS.c.gpu, MEASUREMENTS.c.metric
         )
