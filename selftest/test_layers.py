@@ -121,6 +121,8 @@ RUNNING = (  # what probes, launches, schedules and reports
     "gpuhealth.allure_writer",
     "gpuhealth.junit_results",
     "gpuhealth.cli",
+    "gpuhealth.local",  # this machine judged in-process (node-check, serve)
+    "gpuhealth.integrations*",  # acting on verdicts: Slurm, Kubernetes, Prometheus, serve
 )
 
 

@@ -88,6 +88,8 @@ class NodeVerdict:
     # Changes against the node's own history: {"check", "gpu", "metric", "baseline", "value",
     # "message", "action"} (families/history; a node that passed last run and fails now too).
     regressions: list[dict[str, Any]] = field(default_factory=list)
+    # How many GPU slots the host was judged on (per-GPU labels and metrics cover each).
+    gpu_slots: int | None = None
 
 
 @cache

@@ -151,6 +151,33 @@ def offline_targets(folder: Path, profiles: ProfileSet, cli: dict[str, Any]) -> 
     return targets
 
 
+def host_vars_of(inventory: str | None, hosts: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The inventory vars of each of `hosts` the inventory lists (none without an inventory)."""
+    runner = _inventory_vars(inventory)
+    if runner is None:
+        return {}
+    known = set(runner.get_hosts("all"))
+    return {h: runner.get_variables(h) for h in hosts if h in known}
+
+
+def inventory_target(name: str, profiles: ProfileSet, cli: dict[str, Any]) -> Target:
+    """The machine this runs on as the inventory (if any) describes it: `node-check` and
+    `serve` judge their own node by the same vars the suite would. A host the given inventory
+    does not list (by its name or its short name) is an error, never "no expectations"."""
+    runner = _inventory_vars(cli.get("inventory"))
+    host_vars: dict[str, Any] = {}
+    if runner is not None:
+        known = set(runner.get_hosts("all"))
+        found = next((n for n in (name, name.split(".")[0]) if n in known), None)
+        if found is None:
+            raise ConfigError(
+                f"inventory {cli['inventory']} does not list this host ({name}); "
+                "pass --host NAME as the inventory names it"
+            )
+        name, host_vars = found, runner.get_variables(found)
+    return _target(name, host_vars, profiles, cli, python=_interpreter(host_vars, True))
+
+
 def gpu_param(host: str, index: int) -> str:
     """The test-id parameter of a host's GPU slot: `node17-gpu3` (a node test's is the host)."""
     return f"{host}-gpu{index}"

@@ -1,0 +1,166 @@
+"""`gpuhealth node-check`: judge this node where it stands, for the programs that ask a node
+about itself: Slurm's HealthCheckProgram (`--slurm`: drain or resume this node), a
+node-problem-detector custom plugin (`--npd`), a cron job writing Prometheus textfiles.
+
+No SSH and no pytest: the shipped probe as a child process with a deadline, then the quick
+checks in this process (gpuhealth.local), well inside Slurm's and NPD's 60 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from gpuhealth.config import ConfigError
+from gpuhealth.local import DEFAULT_TIMEOUT_S, LocalVerdict, Selection, judge_here
+
+# Exit codes: as `gpuhealth triage` (0 healthy, 1 FAIL or nothing vouches for the node, 2 the
+# command was used wrongly); node-problem-detector reads 0 OK, 1 problem, anything else unknown.
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+NPD_OK, NPD_PROBLEM, NPD_UNKNOWN = 0, 1, 2
+# NPD keeps a plugin's message to its max_output_length (80 by default in its examples).
+NPD_MESSAGE_MAX = 80
+
+
+def add_selection(parser: argparse.ArgumentParser) -> None:
+    """The options that say which host this is and what it should be (as the suite's)."""
+    parser.add_argument("--host", help="this host's inventory name (default: its hostname)")
+    parser.add_argument("--inventory", help="Ansible inventory with this host's vars")
+    parser.add_argument("--profile", help="profile to judge by (default: the inventory's)")
+    parser.add_argument("--profile-dir", type=Path, help="extra profiles (*.yml)")
+    parser.add_argument("--expected-gpus", type=int, help="GPUs this node should have")
+    parser.add_argument("--root", default="/", help="read /proc and /sys under this prefix")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"seconds the probe may take (default {DEFAULT_TIMEOUT_S:g})",
+    )
+
+
+def selection(args: argparse.Namespace) -> Selection:
+    """The Selection the options describe (ConfigError on a bad value)."""
+    if args.expected_gpus is not None and args.expected_gpus < 0:
+        raise ConfigError("--expected-gpus must be >= 0")
+    if not 0 < args.timeout <= 3600:
+        raise ConfigError("--timeout must be between 0 and 3600 seconds")
+    return Selection(
+        host=args.host,
+        inventory=args.inventory,
+        profile=args.profile,
+        expected_gpus=args.expected_gpus,
+        profile_dir=args.profile_dir,
+        root=args.root,
+        timeout_s=args.timeout,
+    )
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """`gpuhealth node-check` and its options."""
+    parser = sub.add_parser(
+        "node-check",
+        help="judge this node (Slurm HealthCheckProgram, NPD plugin, textfile exporter)",
+        description=__doc__.splitlines()[0],
+    )
+    add_selection(parser)
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="the verdict as one JSON document")
+    out.add_argument(
+        "--npd",
+        action="store_true",
+        help="node-problem-detector plugin: one line, exit 0 OK, 1 problem, 2 unknown",
+    )
+    parser.add_argument(
+        "--slurm",
+        action="store_true",
+        help="drain this node in Slurm on FAIL, resume it on PASS if gpuhealth drained it",
+    )
+    parser.add_argument(
+        "--slurm-node",
+        help="this node's Slurm name (default: inventory var "
+        "slurm_node_name, else the short hostname)",
+    )
+    parser.add_argument(
+        "--apply",
+        action="store_true",
+        help="with --slurm: do it (default: print what would be done)",
+    )
+    parser.add_argument(
+        "--prometheus-textfile-dir",
+        type=Path,
+        metavar="DIR",
+        help="also write DIR/gpuhealth.prom for node_exporter's textfile collector",
+    )
+    parser.set_defaults(func=run)
+
+
+def _text(result: LocalVerdict) -> None:
+    for outcome in result.outcomes:
+        if outcome.status in ("FAIL", "ERROR", "WARN"):
+            print(
+                f"{outcome.status:<5} {outcome.check:<16} {outcome.label}: {outcome.message}"
+                f" [{outcome.action}]"
+            )
+    counts = result.verdict.counts
+    print(
+        f"{result.host}: {result.verdict.verdict} ({counts['PASS']} passed, "
+        f"{counts['FAIL'] + counts['ERROR']} failed, {counts['WARN']} warnings, "
+        f"{result.duration_s:.1f} s)"
+    )
+
+
+def npd_message(result: LocalVerdict) -> str:
+    """NPD's one line: the verdict, then the first failure by check and GPU (not the GPU's
+    UUID and serial, which would use up the line before saying what is wrong)."""
+    failures = result.failures
+    if not failures:
+        return f"{result.verdict.verdict}: {result.headline()}"
+    first = failures[0]
+    where = f"gpu{first.gpu} " if first.gpu is not None else ""
+    more = f" (+{len(failures) - 1})" if len(failures) > 1 else ""
+    return f"{result.verdict.verdict}{more}: {where}{first.check}: {first.message}"
+
+
+def _npd_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= NPD_MESSAGE_MAX else line[: NPD_MESSAGE_MAX - 3] + "..."
+
+
+def run(args: argparse.Namespace) -> int:
+    """Judge this node; print, drain/resume and write metrics as asked; the exit code."""
+    try:
+        chosen = selection(args)
+        target = chosen.target()
+    except ConfigError as exc:
+        if args.npd:
+            print(_npd_line(f"gpuhealth cannot check this node: {exc}"))
+            return NPD_UNKNOWN
+        print(f"gpuhealth node-check: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    result = judge_here(chosen, target)
+    healthy = result.verdict.verdict in ("PASS", "WARN")
+    if args.npd:
+        print(_npd_line(npd_message(result)))
+    elif args.json:
+        print(json.dumps(result.document(), indent=2))
+    else:
+        _text(result)
+    status = 0
+    if args.prometheus_textfile_dir is not None:
+        from gpuhealth.integrations import prometheus
+
+        status |= prometheus.write_node_check(args.prometheus_textfile_dir, result)
+    if args.slurm:
+        from gpuhealth.integrations import slurm
+
+        name = args.slurm_node or slurm.node_name(result.host, target.host_vars)
+        status |= slurm.act_on_self(name, result, args.apply)
+    if args.npd:
+        return (
+            NPD_UNKNOWN
+            if result.verdict.verdict == "NOT_CHECKED"
+            else (NPD_OK if healthy else NPD_PROBLEM)
+        )
+    return EXIT_OK if healthy and not status else EXIT_FAIL

@@ -1,0 +1,185 @@
+"""Judge the machine this runs on, in one process and without SSH or pytest.
+
+What `gpuhealth node-check` (Slurm's HealthCheckProgram, node-problem-detector) and
+`gpuhealth serve` (the node health service ft_launcher asks) answer with: the same probe the
+suite ships, run here as a child process (a hung driver call is killed on its deadline instead
+of hanging the caller), and the same quick checks, against the inventory's expectations for
+this host. Load tests (`--level standard`) and history checks are the suite's business.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuhealth import registry
+from gpuhealth import report as reporting
+from gpuhealth.checks import HISTORY_SECTION, NodeView, gpu_slots, judged
+from gpuhealth.config import Profile, ProfileSet, resolve_limits
+from gpuhealth.documents import FactsError
+from gpuhealth.results import Action
+from gpuhealth.targets import Target, inventory_target
+from gpuhealth.transport import ProbeError, parse_output, probe_command
+
+# Slurm kills a HealthCheckProgram after 60 s and ft_launcher gives up after 60 s: stay well
+# inside both unless told otherwise.
+DEFAULT_TIMEOUT_S = 40.0
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which host this is and what it should be (the suite's selection options)."""
+
+    host: str | None = None
+    inventory: str | None = None
+    profile: str | None = None
+    expected_gpus: int | None = None
+    profile_dir: Path | None = None
+    root: str = "/"
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def name(self) -> str:
+        """This host's name in the inventory and the reports (default: the hostname)."""
+        return self.host or socket.gethostname()
+
+    def target(self) -> Target:
+        """This host with its validated expectations (ConfigError when they are bad)."""
+        profiles = ProfileSet(self.profile_dir)
+        cli = {
+            "inventory": self.inventory,
+            "profile": self.profile,
+            "expected_gpus": self.expected_gpus,
+        }
+        return inventory_target(self.name(), profiles, cli)
+
+
+@dataclass
+class LocalVerdict:
+    """One judgement of this host: its verdict, every outcome, when and how long."""
+
+    host: str
+    verdict: reporting.NodeVerdict
+    outcomes: list[reporting.Outcome]
+    checked_at: float
+    duration_s: float
+    facts: dict[str, Any] | None = None
+    limits: Profile | None = None  # what the facts were judged by (exporters read them)
+
+    @property
+    def failures(self) -> list[reporting.Outcome]:
+        """The outcomes that make the node unhealthy (FAIL, and checks that could not run)."""
+        return [o for o in self.outcomes if o.status in ("FAIL", "ERROR")]
+
+    def document(self) -> dict[str, Any]:
+        """The JSON answer of node-check --json and of the health service: `fail_count` and
+        `failed_checks` as ft_launcher's client reads them, then the verdict and its reasons."""
+        return {
+            "fail_count": len(self.failures),
+            "failed_checks": [
+                {
+                    "check": o.check,
+                    "gpu": o.gpu,
+                    "message": f"{o.label}: {o.message}",
+                    "action": o.action,
+                }
+                for o in self.failures
+            ],
+            "verdict": self.verdict.verdict,
+            "host": self.host,
+            "reasons": self.verdict.reasons,
+            "actions": self.verdict.actions,
+            "warnings": [w["message"] for w in self.verdict.warnings],
+            "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.checked_at)),
+            "duration_s": round(self.duration_s, 3),
+        }
+
+    def headline(self) -> str:
+        """One line: the verdict and its first reason (NPD's message, a drain reason)."""
+        first = self.verdict.reasons[0] if self.verdict.reasons else ""
+        more = len(self.verdict.reasons) - 1
+        return f"{self.verdict.verdict}: {first}" + (f" (+{more} more)" if more > 0 else "")
+
+
+def run_local_probe(config: dict[str, Any], python: str, timeout_s: float) -> dict[str, Any]:
+    """The facts document of this machine from the shipped probe, run as a child process in its
+    own session: on the deadline the whole group is killed, whatever it was waiting for."""
+    command = probe_command(config, python, timeout_s)
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s + 5)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise ProbeError(
+            f"probe gave no answer within {timeout_s:g} s", unreachable=False
+        ) from None
+    if proc.returncode == 124:
+        raise ProbeError(f"probe killed after {timeout_s:g} s", unreachable=False)
+    if proc.returncode != 0:
+        raise ProbeError(
+            f"probe exited {proc.returncode}: {stderr.strip()[-800:]}", unreachable=False
+        )
+    return parse_output(stdout)
+
+
+def quick_checks() -> list[Any]:
+    """The checks a node judges on its own: no load test's section, no run history."""
+    return [
+        c for c in registry.checks().values() if c.level == "quick" and c.section != HISTORY_SECTION
+    ]
+
+
+def judge_here(selection: Selection, target: Target | None = None) -> LocalVerdict:
+    """Probe this machine and judge it; a probe that fails is an ERROR outcome (the node
+    fails closed: nothing vouches for it), bad expectations raise ConfigError."""
+    target = target or selection.target()
+    started, clock = time.time(), time.monotonic()
+    profiles = ProfileSet(selection.profile_dir)
+    limits = resolve_limits(target.expectations, profiles, None)
+    config = {"root": selection.root, "expect": limits.values}
+    book = reporting.VerdictBook()
+    outcomes: list[reporting.Outcome] = []
+    facts: dict[str, Any] | None = None
+    try:
+        facts = run_local_probe(config, target.python, selection.timeout_s)
+    except (ProbeError, FactsError) as exc:
+        advice = "read the error; re-run, and report it if it is a gpuhealth bug"
+        outcomes = [
+            reporting.Outcome(
+                "probe",
+                "ERROR",
+                target.name,
+                None,
+                f"the probe failed: {exc}",
+                target.name,
+                Action.RERUN.value,
+                advice,
+            )
+        ]
+    if facts is not None:
+        first = next((g.get("name") for g in facts.get("gpus") or [] if g.get("name")), None)
+        limits = resolve_limits(target.expectations, profiles, first)
+        view = NodeView(target.name, facts, limits)
+        slots = gpu_slots(view.expected_gpus, facts)
+        outcomes = [reporting.Outcome.of(f) for f in judged(quick_checks(), view, slots)]
+        book.node(target.name).gpu_slots = slots
+        if view.no_nvidia and not view.expected_gpus:
+            book.note(target.name, f"no NVIDIA GPU/driver on {target.name}; none expected")
+    for outcome in outcomes:
+        book.add(outcome)
+    (verdict,) = book.finish()
+    return LocalVerdict(
+        target.name, verdict, outcomes, started, time.monotonic() - clock, facts, limits
+    )
