@@ -55,6 +55,7 @@ _OWN_OPTIONS = (
     "history",
     "no_history",
     "regressions",
+    "prometheus_textfile_dir",
 )
 SUITE_DIR = Path(__file__).resolve().parent.parent.parent / "tests"
 SUITE_INI = SUITE_DIR.parent / "pytest.ini"
@@ -121,6 +122,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="a regression against a node's own history fails the run (fail, default) or "
         "warns (warn)",
     )
+    group.addoption(
+        "--prometheus-textfile-dir",
+        metavar="DIR",
+        help="also write DIR/gpuhealth.prom (every host of the run) for node_exporter's "
+        "textfile collector",
+    )
     parser.addini("gpuhealth", "this is the gpuhealth suite (its pytest.ini)", type="bool")
 
 
@@ -147,6 +154,7 @@ class RunState:
     history: History = field(default_factory=lambda: History(None, Path.cwd()))
     allure: AllureResults | None = None
     junit: JUnitResults | None = None
+    textfile_dir: Path | None = None  # --prometheus-textfile-dir (None on a collect-only run)
     records: dict[str, dict[str, Any]] = field(default_factory=dict)  # by test id; see record()
     levels: dict[Any, str | None] = field(default_factory=dict)  # test function -> its level
     _host: HostState | None = None
@@ -160,6 +168,11 @@ class RunState:
             self._host = None
             self._host = _collect(self, self.targets[name])
         return self._host
+
+    @property
+    def keeps_measured(self) -> bool:
+        """Whether the run keeps what each host measured: for the run store or the textfile."""
+        return self.history.spec is not None or self.textfile_dir is not None
 
     @property
     def level(self) -> str:
@@ -361,6 +374,14 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if not _is_worker(config):
         history.store()  # the schema migrated once, before any worker reads the store
+    textfile = None
+    if opt.prometheus_textfile_dir and not opt.collectonly:
+        textfile = here / os.path.expanduser(opt.prometheus_textfile_dir)
+        if not textfile.is_dir() and not _is_worker(config):
+            raise pytest.UsageError(
+                f"gpuhealth: --prometheus-textfile-dir {textfile} is not a directory "
+                "(node_exporter's --collector.textfile.directory)"
+            )
     config.stash[_STATE] = RunState(
         config=config,
         targets={t.name: t for t in targets},
@@ -370,6 +391,7 @@ def pytest_configure(config: pytest.Config) -> None:
         history=history,
         allure=_take_over_allure(config),
         junit=_take_over_junit(config),
+        textfile_dir=textfile,
     )
     config.pluginmanager.register(RecordCarrier(config.stash[_STATE].records), "gpuhealth-records")
     if not _is_worker(config):
@@ -541,9 +563,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if slot is not None:
         host = state.host(slot.host)
         RUNNING.subject = _subject(item, host, slot.index)
-        if not host.measured and state.history.spec is not None:
-            host.measured = True  # what the run store keeps, on the host's first test
+        if not host.measured and state.keeps_measured:
+            host.measured = True  # what the run store or textfile keeps, on the host's first test
             keep_measured(item, measured(host.view()))
+            if state.textfile_dir is not None:
+                from gpuhealth.integrations.prometheus import readings
+
+                record(item)["readings"] = readings(host.view())
 
 
 # ---------------------------------------------------------------- fixtures
@@ -689,14 +715,15 @@ def with_active(slot: Slot | Subject, section: str) -> Subject:
         record(subject.item).setdefault("attachments", []).extend(host.evidence.get(section, []))
     facts = {**subject.view.facts, section: host.active[section][0]}
     view = NodeView(subject.view.host, facts, subject.view.limits)
-    if launched and state.history.spec is not None:
+    if launched and state.keeps_measured:
         keep_measured(subject.item, measured_load(view, section))
     return Subject(view, subject.index, subject.item, host)
 
 
 def keep_measured(item: pytest.Item, found: dict[str, Any]) -> None:
     """Add what a host measured (gpuhealth.history.run.measured*) to the test's record, for
-    the run store: its rows, and its identity when the host's facts were read."""
+    the run store and the textfile: its rows, and its identity when the host's facts were
+    read."""
     kept = record(item).setdefault("history", {"rows": []})
     kept["rows"] += found["rows"]
     if "identity" in found:

@@ -13,6 +13,7 @@ import shlex
 import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -61,6 +62,10 @@ class Reporter:
     verdicts: list[reporting.NodeVerdict] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # report files that could not be written
     measured: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> for the store
+    # For the Prometheus textfile (only with --prometheus-textfile-dir): each GPU's readings
+    # by host, and every test's (host, gpu, check, status).
+    readings: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    checked: list[tuple[str, int | None, str, str]] = field(default_factory=list)
     cut_short: bool = False  # tests the run ended before (^C, a lost worker)
     _pending: dict[str, _Pending] = field(default_factory=dict)
     _slots: dict[str, tuple[str, int | None]] | None = None  # see _placed
@@ -127,8 +132,14 @@ class Reporter:
             kept["rows"] += props["history"].get("rows") or []
             if "identity" in props["history"]:
                 kept["identity"] = props["history"]["identity"]
+        if "readings" in props:
+            self.readings.setdefault(host, []).extend(props["readings"])
         check = props.get("check") or _check_of(nodeid)
         gpu = props.get("gpu")
+        if self.state.textfile_dir is not None:
+            status = _check_status(props, pending)
+            if status is not None:
+                self.checked.append((host, gpu, check, status))
         if "unreachable" in props:
             self.book.unreachable(host, props["unreachable"])
         elif pending.when and not pending.skipped and "status" not in props:
@@ -144,6 +155,8 @@ class Reporter:
             if entry["status"] == "NOTE":
                 self.book.note(entry["host"], entry["message"])
                 continue
+            if self.state.textfile_dir is not None:
+                self.checked.append((entry["host"], None, entry["check"], entry["status"]))
             self.book.add(
                 reporting.Outcome(
                     entry["check"],
@@ -167,8 +180,8 @@ class Reporter:
                 pending.longrepr = pending.crash
             props = self.state.records.pop(nodeid, None) or self._placed(nodeid)
             self._finish(nodeid, time.time(), props)
-        for name in self.state.targets:
-            self.book.node(name)
+        for name, target in self.state.targets.items():
+            self.book.node(name).gpu_slots = target.gpu_slots
         self.verdicts = self.book.finish()
         # Each report on its own: one that cannot be written stops none of the others.
         kept = self._keep_history(session, int(exitstatus))
@@ -186,6 +199,8 @@ class Reporter:
             )
         except OSError as exc:
             self.problems.append(f"verdicts not written to {self.state.verdicts}: {exc}")
+        if self.state.textfile_dir is not None:
+            self._write_textfile(self.state.textfile_dir, int(exitstatus))
         if self.state.junit is not None:
             try:
                 self.state.junit.close()
@@ -201,6 +216,34 @@ class Reporter:
             problem = self.state.allure.close()
             if problem:
                 self.problems.append(problem)
+
+    def _write_textfile(self, directory: Path, exitstatus: int) -> None:
+        """DIR/gpuhealth.prom for node_exporter: every host's verdict, check statuses and
+        measurements (gpuhealth.integrations.prometheus); a failure is reported, not raised."""
+        from gpuhealth.integrations import prometheus  # prometheus_client only when asked
+
+        measured = {}
+        for host in {*self.measured, *self.readings}:
+            found = self.measured.get(host, {})
+            rows = [*(found.get("rows") or []), *self.readings.get(host, [])]
+            measured[host] = {**found, "rows": rows}
+        now = time.time()
+        run = prometheus.Run(
+            mode="suite",
+            level=self.state.level,
+            finished_at=now,
+            duration_s=max(0.0, now - self.state.history.started_at),
+            complete=exitstatus in (0, 1) and not self.cut_short,
+            verdicts=self.verdicts,
+            outcomes=self.checked,
+            measured=measured,
+        )
+        try:
+            prometheus.write(directory, run)
+        except (OSError, ValueError) as exc:
+            self.problems.append(
+                f"Prometheus textfile not written to {directory / prometheus.FILE_NAME}: {exc}"
+            )
 
     def _trends(self) -> bytes | None:
         """The store's trend plot for the Allure report, or None (and why, in problems)."""
@@ -280,6 +323,19 @@ class Reporter:
 def _check_of(nodeid: str) -> str:
     """`tests/test_gpu.py::test_ecc_errors[n1-gpu3]` -> `ecc_errors`."""
     return nodeid.rpartition("::")[2].partition("[")[0].removeprefix("test_")
+
+
+def _check_status(props: dict[str, Any], pending: _Pending) -> str | None:
+    """A test's check status for the textfile: its finding's, else SKIP for a test skipped
+    before it judged (below its level, no live host), ERROR for one that could not run (its
+    host unreachable, a broken document, a bug); None for a test that judged nothing."""
+    if "unreachable" in props:
+        return "ERROR"
+    if "status" in props:
+        return str(props["status"])
+    if pending.skipped:
+        return "SKIP"
+    return "ERROR" if pending.when else None
 
 
 def _finding(props: dict[str, Any]) -> Finding:

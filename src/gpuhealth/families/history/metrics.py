@@ -168,6 +168,9 @@ IB_COUNTERS = tuple(m.name.rpartition(".")[2] for m in METRICS if m.name.startsw
 # Not a judged metric: where the last run's kernel log reading ended, so the next run can
 # tell new XID events from ones already seen.
 KERNEL_LOG_UNTIL = "kernel_log_until"
+# Not judged over time either: what a GPU reads now, busy or idle, for exporters (history
+# compares only the idle readings of gpu_values, which a busy GPU does not have).
+READINGS = ("temperature_c", "power_draw_w")
 
 
 def metric(name: str) -> Metric:
@@ -221,6 +224,12 @@ def gpu_values(gpu: dict[str, Any]) -> Values:
     if gpu.get("utilization_gpu_pct") == 0 and isinstance(processes, list) and not processes:
         found["idle_temperature_c"] = _number(gpu.get("temperature_c"))
         found["idle_power_w"] = _number(gpu.get("power_draw_w"))
+    return {name: value for name, value in found.items() if value is not None}
+
+
+def gpu_readings(gpu: dict[str, Any]) -> Values:
+    """A GPU record's temperature and power draw as read, busy or idle (READINGS)."""
+    found = {name: _number(gpu.get(name)) for name in READINGS}
     return {name: value for name, value in found.items() if value is not None}
 
 
