@@ -4,6 +4,8 @@
 - `gpuhealth probe`: print this machine's facts document (what the suite would judge).
 - `gpuhealth profiles`: list the SKU profiles, show one's limits, or every profile key.
 - `gpuhealth history`: measured values over time from the run store, as tables or a plot.
+- `gpuhealth node-check`: judge this node (Slurm HealthCheckProgram, NPD plugin, textfiles).
+- `gpuhealth act`: act on a run's verdicts (Slurm drain/resume, Kubernetes labels/taints).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from gpuhealth.config import ConfigError, Expectations, ProfileSet, key_table, r
 from gpuhealth.evidence import EvidenceError, facts_from_files
 from gpuhealth.families.nccl.checks import set_node_count
 from gpuhealth.history import show
+from gpuhealth.integrations import act, nodecheck, serve
 
 # Exit codes of `gpuhealth triage`: a FAIL verdict is 1; bad input is 2; a bug is 3, never 1.
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_BUG = 0, 1, 2, 3
@@ -200,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     profiles.add_argument("--markdown", action="store_true", help="--keys as a Markdown table")
     profiles.set_defaults(func=_profiles)
     show.add_parser(sub)
+    nodecheck.add_parser(sub)
+    serve.add_parser(sub)
+    act.add_parser(sub)
     return parser
 
 

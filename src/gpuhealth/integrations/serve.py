@@ -1,0 +1,587 @@
+"""`gpuhealth serve`: the node health service NVIDIA's ft_launcher asks before every rendezvous.
+
+ft_launcher (nvidia-resiliency-ext, `--ft-node-health-check-endpoint`) calls
+`nvhcd.HealthCheckService/RunHealthCheck` over gRPC on a Unix socket (nvhcd.proto beside this
+file); `--http` serves the same verdict as plain HTTP on loopback for launchers and load
+balancers that do not speak gRPC.
+
+The client gives up after 60 s and takes a late answer, like any RPC error, as "healthy
+(skipped)": a service that probed the node per request would vouch for exactly the nodes whose
+driver hangs. So the node is judged in a background thread (gpuhealth.local.judge_here: the
+shipped probe as a child with a deadline, then the quick checks), at start and again --ttl
+seconds after each judgement ends, and every request is answered from the latest verdict in
+milliseconds. It fails closed: a request that comes before the first verdict waits at most
+--startup-wait seconds for it and is then answered unhealthy, and so is one whose verdict is
+older than a refresh can take (refreshing is stuck, e.g. in a driver call no signal ends).
+
+A request's args are logged, not obeyed. They are the command line of NVIDIA's own health check
+script: `--no-slurm` asks it not to act on Slurm, which serve never does, and `--group prolog
+epilog logs gpu` narrows which of its checks run; an answer from fewer checks than the cached
+verdict would vouch for a node the quick checks fail, so every client gets the whole verdict.
+The expectations (inventory, profile) are read once at start: restart the service after
+changing them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import grp
+import ipaddress
+import json
+import os
+import pwd
+import shlex
+import signal
+import socket
+import stat
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from gpuhealth.config import ConfigError
+from gpuhealth.integrations import nodecheck
+from gpuhealth.local import LocalVerdict, judge_here
+from gpuhealth.results import Action
+
+DEFAULT_SOCKET = Path("/var/run/nvhcd.sock")  # where NVIDIA's documentation puts nvhcd's
+DEFAULT_TTL_S = 60.0
+DEFAULT_STARTUP_WAIT_S = 20.0
+# The client waits 60 s for an answer; the first one must come well before that.
+MAX_STARTUP_WAIT_S = 45.0
+# What one judgement may take beyond the probe's --timeout: local.run_local_probe waits 5 s more
+# before it kills the probe, then the quick checks run; the rest is room for a loaded machine.
+REFRESH_SLACK_S = 30.0
+# A Unix socket's path, in bytes, without the NUL that ends it in sun_path (108 on Linux).
+SUN_PATH_MAX = 107
+HEALTHY = ("PASS", "WARN")
+
+_LOG_LOCK = threading.Lock()
+
+
+def _log(message: str) -> None:
+    """One line on stderr (the journal under systemd); threads never interleave lines."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    with _LOG_LOCK:
+        sys.stderr.write(f"{stamp} gpuhealth serve: {message}\n")
+        sys.stderr.flush()
+
+
+def _notify(state: str) -> None:
+    """Tell systemd how the service stands (Type=notify); nothing without NOTIFY_SOCKET."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):  # an abstract socket
+        address = "\0" + address[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.sendto(state.encode(), address)
+    except OSError as exc:
+        _log(f"cannot notify systemd at {address!r}: {exc}")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a client is told: healthy or not, the JSON document, and why not."""
+
+    healthy: bool
+    verdict: str
+    document: dict[str, Any]
+    error: str
+
+    @property
+    def exit_code(self) -> int:
+        """As `gpuhealth node-check`'s: 0 healthy, 1 not."""
+        return nodecheck.EXIT_OK if self.healthy else nodecheck.EXIT_FAIL
+
+    def output(self) -> str:
+        """The document as the response's `output`."""
+        return json.dumps(self.document)
+
+
+def _unhealthy(document: dict[str, Any], message: str, action: Action) -> Answer:
+    """`document` with one more failed check saying why nothing vouches for the node now: a
+    client that reads only `fail_count` must not take it for healthy either."""
+    finding = {"check": "serve", "gpu": None, "message": message, "action": action.value}
+    failed = [finding, *document.get("failed_checks", [])]
+    verdict = document.get("verdict", "NOT_CHECKED")
+    if verdict in HEALTHY:
+        verdict = "NOT_CHECKED"
+    closed = {
+        **document,
+        "fail_count": len(failed),
+        "failed_checks": failed,
+        "verdict": verdict,
+        "reasons": [message, *document.get("reasons", [])],
+        "actions": sorted({action.value, *document.get("actions", [])}, key=_action_rank),
+    }
+    return Answer(False, verdict, closed, message)
+
+
+def _action_rank(code: str) -> int:
+    return Action(code).rank
+
+
+def _document(host: str) -> dict[str, Any]:
+    """The answer's document when there is no verdict to give."""
+    return {
+        "fail_count": 0,
+        "failed_checks": [],
+        "verdict": "NOT_CHECKED",
+        "host": host,
+        "reasons": [],
+        "actions": [],
+        "warnings": [],
+    }
+
+
+class Verdicts:
+    """The latest judgement of this node, refreshed by one background thread. Requests read it
+    and never wait for a probe, except (bounded) for the very first."""
+
+    def __init__(
+        self,
+        host: str,
+        judge: Callable[[], LocalVerdict],
+        ttl_s: float,
+        max_age_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.host = host
+        self.ttl_s = ttl_s
+        self.max_age_s = max_age_s
+        self._judge = judge
+        self._clock = clock
+        self._changed = threading.Condition()
+        self._started_at = clock()
+        self._latest: LocalVerdict | None = None
+        self._failure: str | None = None  # the latest judgement raised: why
+        self._done_at: float | None = None  # clock() when the latest judgement ended
+        self._said = ""  # the latest verdict as logged
+        self._closed = False
+
+    def refresh(self) -> None:
+        """Judge the node once and publish the result. An exception is published as the
+        verdict's failure (the node is then served unhealthy) instead of ending the refresher."""
+        try:
+            latest, failure = self._judge(), None
+        except Exception as exc:  # a gpuhealth bug: the service must outlive it and say so
+            latest, failure = None, f"judging this node failed: {type(exc).__name__}: {exc}"
+            _log(f"{failure}\n{traceback.format_exc().rstrip()}")
+            self._said = ""
+        with self._changed:
+            self._latest, self._failure, self._done_at = latest, failure, self._clock()
+            self._changed.notify_all()
+        if latest is not None:
+            said = latest.headline() if latest.verdict.reasons else latest.verdict.verdict
+            if said != self._said:  # a line per change, not per refresh
+                _log(f"verdict {said} (judged in {latest.duration_s:.1f} s)")
+                self._said = said
+            _notify(f"STATUS=verdict {said}"[:200])
+
+    def refresh_forever(self, stop: threading.Event) -> None:
+        """Judge, then wait --ttl seconds, until `stop` is set."""
+        while not stop.is_set():
+            self.refresh()
+            stop.wait(self.ttl_s)
+
+    def close(self) -> None:
+        """Stopping: requests still waiting for the first verdict are answered now."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    def fresh(self) -> tuple[bool, str]:
+        """Whether the service can vouch for its answer (a verdict, recent enough), and how it
+        stands in words: what /healthz reports."""
+        with self._changed:
+            latest, failure, done_at = self._latest, self._failure, self._done_at
+        now = self._clock()
+        if done_at is None:
+            return False, f"no verdict yet (judging for {now - self._started_at:.0f} s)"
+        if failure is not None:
+            return False, failure
+        assert latest is not None
+        age = now - done_at
+        if age > self.max_age_s:
+            return False, f"verdict {latest.verdict.verdict} is stale ({age:.0f} s old)"
+        return True, f"verdict {latest.verdict.verdict}, {age:.0f} s old"
+
+    def answer(self, wait_s: float) -> Answer:
+        """The answer to a request now: from the latest verdict, waiting at most `wait_s` for
+        the first one; unhealthy when there is none, or it failed, or it is stale."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._done_at is not None or self._closed, timeout=wait_s
+            )
+            latest, failure, done_at = self._latest, self._failure, self._done_at
+        now = self._clock()
+        empty = _document(self.host)
+        if done_at is None:
+            return _unhealthy(
+                empty,
+                f"no verdict yet: the first check of this node has been running for "
+                f"{now - self._started_at:.0f} s; ask again",
+                Action.RERUN,
+            )
+        if failure is not None:
+            return _unhealthy(empty, failure, Action.RERUN)
+        assert latest is not None
+        document = latest.document()
+        age = now - done_at
+        if age > self.max_age_s:
+            return _unhealthy(
+                document,
+                f"the latest verdict is {age:.0f} s old, older than the {self.max_age_s:g} s "
+                "a refresh may take: refreshing is stuck (a driver call that never returns?)",
+                Action.INSPECT,
+            )
+        verdict = latest.verdict.verdict
+        if verdict in HEALTHY:
+            return Answer(True, verdict, document, "")
+        if document["fail_count"] == 0:  # NOT_CHECKED: nothing passed, nothing failed
+            return _unhealthy(document, latest.headline(), Action.INSPECT)
+        return Answer(False, verdict, document, latest.headline())
+
+
+@dataclass(frozen=True)
+class Options:
+    """The service's own options, validated."""
+
+    socket: Path
+    mode: int
+    owner: tuple[int, int]  # uid, gid; -1 keeps one as it is
+    http: tuple[str, int] | None
+    ttl_s: float
+    startup_wait_s: float
+
+
+def _socket_path(path: Path) -> Path:
+    path = path.absolute()
+    # The socket is bound in a private directory beside it first (_publish): that path is
+    # longer than the final one by the directory's name.
+    longest = len(os.fsencode(path.parent / ".gh-xxxxxxxx" / "s"))
+    if len(os.fsencode(path)) > SUN_PATH_MAX or longest > SUN_PATH_MAX:
+        raise ConfigError(
+            f"--socket {path}: too long for a Unix socket (at most {SUN_PATH_MAX - 13} bytes "
+            "for its folder)"
+        )
+    if not path.parent.is_dir():
+        raise ConfigError(f"--socket {path}: folder {path.parent} does not exist")
+    return path
+
+
+def _mode(text: str) -> int:
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        raise ConfigError(f"--socket-mode {text}: not an octal mode such as 0660") from None
+    if not 0 <= mode <= 0o777:
+        raise ConfigError(f"--socket-mode {text}: permissions go from 0000 to 0777")
+    return mode
+
+
+def _owner(spec: str | None) -> tuple[int, int]:
+    """USER[:GROUP] or :GROUP, names or numbers, as chown(1) reads them."""
+    if not spec:
+        return -1, -1
+    user, _, group = spec.partition(":")
+    uid = gid = -1
+    try:
+        if user:
+            uid = int(user) if user.isdigit() else pwd.getpwnam(user).pw_uid
+        if group:
+            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ConfigError(f"--socket-owner {spec}: no such user or group on this host") from None
+    return uid, gid
+
+
+def _http_address(text: str) -> tuple[str, int]:
+    """HOST:PORT ([::1]:PORT for IPv6) on loopback: the endpoint has no authentication."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"--http {text}: not HOST:PORT, e.g. 127.0.0.1:9411")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if host == "localhost":
+        host = "127.0.0.1"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        raise ConfigError(
+            f"--http {text}: {host!r} is not an IP address; give 127.0.0.1 or [::1]"
+        ) from None
+    if not address.is_loopback:
+        raise ConfigError(
+            f"--http {text}: {host} is not a loopback address; the HTTP endpoint has no "
+            "authentication, so it listens on loopback only (127.0.0.1, [::1])"
+        )
+    return str(address), int(port)
+
+
+def options(args: argparse.Namespace) -> Options:
+    """The Options the command line gives (ConfigError on a bad value)."""
+    if not 1 <= args.ttl <= 86400:
+        raise ConfigError("--ttl must be between 1 and 86400 seconds")
+    if not 0 <= args.startup_wait <= MAX_STARTUP_WAIT_S:
+        raise ConfigError(
+            f"--startup-wait must be between 0 and {MAX_STARTUP_WAIT_S:g} seconds (ft_launcher "
+            "gives up after 60 s and then counts the node as healthy)"
+        )
+    return Options(
+        socket=_socket_path(args.socket),
+        mode=_mode(args.socket_mode),
+        owner=_owner(args.socket_owner),
+        http=_http_address(args.http) if args.http else None,
+        ttl_s=args.ttl,
+        startup_wait_s=args.startup_wait,
+    )
+
+
+def _clear_stale(path: Path) -> None:
+    """Remove the socket a server that died left at `path`; refuse to touch anything else."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise ConfigError(f"--socket {path}: exists and is not a socket; not removing it")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2)
+        try:
+            probe.connect(str(path))
+        except ConnectionRefusedError:
+            os.unlink(path)
+            _log(f"removed the stale socket {path} (nothing answered on it)")
+            return
+        except OSError as exc:
+            raise ConfigError(
+                f"--socket {path}: cannot tell whether a server answers on it ({exc}); "
+                "not removing it"
+            ) from None
+    raise ConfigError(
+        f"--socket {path}: another server answers on it; stop it or give another --socket"
+    )
+
+
+def _publish(bind: Callable[[str], None], path: Path, mode: int, owner: tuple[int, int]) -> int:
+    """Bind the socket in a private directory beside `path`, give it its mode and owner there,
+    then rename it into place: no client ever sees it with other permissions, and no
+    process-wide umask changes while other threads run. Returns the socket's inode."""
+    try:
+        private = Path(tempfile.mkdtemp(prefix=".gh-", dir=path.parent))  # mode 0700
+    except OSError as exc:
+        raise ConfigError(f"--socket {path}: cannot create it: {exc.strerror}") from None
+    staged = private / "s"
+    try:
+        try:
+            bind(str(staged))
+        except RuntimeError as exc:  # what grpc raises when it cannot bind
+            raise ConfigError(f"--socket {path}: {exc}") from None
+        os.chmod(staged, mode)
+        if owner != (-1, -1):
+            os.chown(staged, *owner)
+        os.rename(staged, path)
+        return os.lstat(path).st_ino
+    except OSError as exc:
+        raise ConfigError(f"--socket {path}: cannot set it up: {exc.strerror}") from None
+    finally:
+        staged.unlink(missing_ok=True)
+        private.rmdir()
+
+
+def _remove(path: Path, inode: int) -> None:
+    """Remove the socket on exit, unless it is no longer the one this service made."""
+    try:
+        if os.lstat(path).st_ino == inode:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _grpc_server(verdicts: Verdicts, wait_s: float) -> Any:
+    """The gRPC server answering RunHealthCheck from `verdicts` (not yet bound). grpc is
+    imported here: `gpuhealth node-check`, run by Slurm every few minutes, never loads it."""
+    try:
+        import grpc
+
+        from gpuhealth.integrations import nvhcd_pb2, nvhcd_pb2_grpc
+    except Exception as exc:  # not installed, or versions the generated code refuses
+        raise ConfigError(
+            f"cannot load gRPC ({type(exc).__name__}: {exc}); install gpuhealth's dependencies "
+            "(grpcio and protobuf at the versions its pyproject.toml names)"
+        ) from None
+
+    class HealthCheckService(nvhcd_pb2_grpc.HealthCheckServiceServicer):
+        def RunHealthCheck(self, request: Any, context: Any) -> Any:  # the proto's name
+            started = time.perf_counter()
+            try:
+                answer = verdicts.answer(wait_s)
+            except Exception as exc:  # the client counts an RPC error as healthy: never raise
+                message = f"gpuhealth serve failed to answer: {type(exc).__name__}: {exc}"
+                _log(f"{message}\n{traceback.format_exc().rstrip()}")
+                answer = _unhealthy(_document(verdicts.host), message, Action.RERUN)
+            _log(
+                f"rpc peer={context.peer()} args={shlex.join(request.args) or '-'} "
+                f"verdict={answer.verdict} success={answer.healthy} "
+                f"{(time.perf_counter() - started) * 1000:.1f} ms"
+            )
+            return nvhcd_pb2.HealthCheckResponse(
+                success=answer.healthy,
+                exit_code=answer.exit_code,
+                output=answer.output(),
+                error=answer.error,
+            )
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=4, thread_name_prefix="rpc"))
+    nvhcd_pb2_grpc.add_HealthCheckServiceServicer_to_server(HealthCheckService(), server)
+    return server
+
+
+def _http_server(address: tuple[str, int], verdicts: Verdicts, wait_s: float) -> Any:
+    """GET /healthz (200 while the service has a fresh verdict, else 503) and GET /v1/verdict
+    (the RPC's JSON document; 200 healthy, 503 not); anything else is 404."""
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "gpuhealth-serve"
+
+        def do_GET(self) -> None:  # http.server's name
+            path = urlsplit(self.path).path
+            if path == "/healthz":
+                fresh, state = verdicts.fresh()
+                self._send(200 if fresh else 503, "text/plain", f"{state}\n")
+            elif path == "/v1/verdict":
+                answer = verdicts.answer(wait_s)
+                self._send(200 if answer.healthy else 503, "application/json", answer.output())
+            else:
+                self._send(404, "text/plain", "not found: GET /healthz or /v1/verdict\n")
+
+        def _send(self, code: int, kind: str, body: str) -> None:
+            data = body.encode()
+            self.send_response(code)
+            self.send_header("Content-Type", f"{kind}; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            _log(f"http {self.client_address[0]} {format % args}")
+
+    class Server(ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        daemon_threads = True
+
+    try:
+        return Server(address, Handler)
+    except OSError as exc:
+        raise ConfigError(f"--http {address[0]}:{address[1]}: {exc.strerror}") from None
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """`gpuhealth serve` and its options."""
+    parser = sub.add_parser(
+        "serve",
+        help="node health service for ft_launcher (gRPC on a Unix socket) and loopback HTTP",
+        description=__doc__.splitlines()[0],
+    )
+    nodecheck.add_selection(parser)
+    parser.add_argument(
+        "--socket",
+        type=Path,
+        default=DEFAULT_SOCKET,
+        help=f"the Unix socket ft_launcher connects to (default {DEFAULT_SOCKET})",
+    )
+    parser.add_argument(
+        "--socket-mode",
+        default="0660",
+        help="the socket's permissions, octal (default 0660); the job's user must be able to "
+        "connect, or ft_launcher skips the check and counts the node as healthy",
+    )
+    parser.add_argument(
+        "--socket-owner", metavar="USER[:GROUP]", help="the socket's owner and group"
+    )
+    parser.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="also serve GET /healthz and /v1/verdict on this loopback address (port 0: a "
+        "free port, logged)",
+    )
+    parser.add_argument(
+        "--ttl",
+        type=float,
+        default=DEFAULT_TTL_S,
+        help=f"seconds from one judgement's end to the next one's start (default "
+        f"{DEFAULT_TTL_S:g})",
+    )
+    parser.add_argument(
+        "--startup-wait",
+        type=float,
+        default=DEFAULT_STARTUP_WAIT_S,
+        help=f"how long a request before the first verdict waits for it, then is answered "
+        f"unhealthy (default {DEFAULT_STARTUP_WAIT_S:g})",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM or SIGINT; 0 after a clean stop, 2 when it cannot start."""
+    http = None
+    try:
+        chosen = nodecheck.selection(args)
+        opts = options(args)
+        target = chosen.target()
+        max_age_s = opts.ttl_s + chosen.timeout_s + REFRESH_SLACK_S
+        verdicts = Verdicts(target.name, lambda: judge_here(chosen, target), opts.ttl_s, max_age_s)
+        server = _grpc_server(verdicts, opts.startup_wait_s)
+        _clear_stale(opts.socket)
+        if opts.http is not None:
+            http = _http_server(opts.http, verdicts, opts.startup_wait_s)
+        inode = _publish(
+            lambda staged: server.add_insecure_port(f"unix:{staged}"),
+            opts.socket,
+            opts.mode,
+            opts.owner,
+        )
+    except ConfigError as exc:
+        print(f"gpuhealth serve: {exc}", file=sys.stderr)
+        if http is not None:
+            http.server_close()
+        return nodecheck.EXIT_USAGE
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    server.start()
+    threading.Thread(
+        target=verdicts.refresh_forever, args=(stop,), name="refresh", daemon=True
+    ).start()
+    if http is not None:
+        threading.Thread(target=http.serve_forever, name="http", daemon=True).start()
+        host, port = http.server_address[:2]
+        _log(f"http on http://{f'[{host}]' if ':' in host else host}:{port}")
+    _log(
+        f"serving {target.name} on unix:{opts.socket} (mode {opts.mode:04o}, "
+        f"every {opts.ttl_s:g} s, stale after {max_age_s:g} s)"
+    )
+    _notify("READY=1")
+    try:
+        stop.wait()
+    finally:
+        _log("stopping")
+        _notify("STOPPING=1")
+        verdicts.close()
+        server.stop(grace=2).wait()
+        if http is not None:
+            http.shutdown()
+            http.server_close()
+        _remove(opts.socket, inode)
+    return nodecheck.EXIT_OK
