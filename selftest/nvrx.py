@@ -29,20 +29,23 @@ def nvrx_healthy(response: Any) -> bool:
         document = json.loads(response.output)
     except json.JSONDecodeError:
         return False
-    return document.get("fail_count") == 0
+    return isinstance(document, dict) and document.get("fail_count") == 0
 
 
-def ask(path: Path, args: list[str] = NVRX_ARGS) -> tuple[Any, float]:
-    """One RunHealthCheck as ft_launcher makes it (a fresh channel per check): (response, ms)."""
+def ask(
+    path: Path, args: list[str] = NVRX_ARGS, timeout_s: float = NVRX_TIMEOUT_S
+) -> tuple[Any, float]:
+    """One RunHealthCheck as ft_launcher makes it (a fresh channel per check, its deadline):
+    (response, ms). A late answer raises grpc.RpcError (DEADLINE_EXCEEDED), which the launcher
+    would count as healthy."""
     assert stat.S_ISSOCK(os.lstat(path).st_mode)  # a missing socket is a silent "healthy"
     started = time.perf_counter()
     with grpc.insecure_channel(f"unix://{path}") as channel:
         stub = nvhcd_pb2_grpc.HealthCheckServiceStub(channel)
-        response = stub.RunHealthCheck(
-            nvhcd_pb2.HealthCheckRequest(args=args), timeout=NVRX_TIMEOUT_S
-        )
+        response = stub.RunHealthCheck(nvhcd_pb2.HealthCheckRequest(args=args), timeout=timeout_s)
     return response, (time.perf_counter() - started) * 1000
 
 
 def failed_checks(response: Any) -> set[tuple[str, int | None]]:
+    """(check, gpu) of each failed check the answer lists."""
     return {(f["check"], f["gpu"]) for f in json.loads(response.output)["failed_checks"]}

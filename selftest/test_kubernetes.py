@@ -325,6 +325,67 @@ def test_without_a_slot_count_no_gpu_is_called_healthy():
     }  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "node, why",
+    [({"failed": 5}, "'failed' is not a list of objects"),
+     ({"failed": ["ecc_errors"]}, "'failed' is not a list of objects"),
+     ({"failed": [{"check": "x", "gpu": -1}]}, "failure on an invalid GPU (-1)"),
+     ({"failed": [{"check": "x", "gpu": True}]}, "failure on an invalid GPU (True)"),
+     ({"failed": [{"check": "x", "gpu": "3"}]}, "failure on an invalid GPU ('3')"),
+     ({"gpu_slots": 10**9}, "invalid gpu_slots (1000000000)"),
+     ({"gpu_slots": True}, "invalid gpu_slots (True)"),
+     ({"gpu_slots": 8.0}, "invalid gpu_slots (8.0)"),
+     ({"gpu_slots": -1}, "invalid gpu_slots (-1)")],
+)  # fmt: skip
+def test_a_node_entry_no_run_writes_is_refused_not_guessed_at(tmp_path, node, why):
+    """A GPU "-1" or "True" would be a label the API server refuses (and with it the taint),
+    a billion slots a billion labels; a failure that cannot be read is not skipped."""
+    path = tmp_path / "verdicts.json"
+    path.write_text(json.dumps({"nodes": {"n1": {"verdict": "FAIL", **node}}}))
+    with pytest.raises(runs.VerdictsError, match="node 'n1'.*" + re.escape(why)):
+        runs.load(path)
+
+
+def test_a_verdicts_file_nested_too_deep_is_one_clear_error(tmp_path):
+    path = tmp_path / "verdicts.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(runs.VerdictsError, match="cannot read it"):
+        runs.load(path)
+
+
+def test_a_run_that_does_not_say_it_finished_removes_no_taint(tmp_path):
+    path = write_run(tmp_path / "verdicts.json")
+    doc = json.loads(path.read_text())
+    del doc["complete"]
+    path.write_text(json.dumps(doc))
+    run = runs.load(path)
+    assert not run.complete
+    nodes = {n["metadata"]["name"]: n for n in cluster_nodes()}
+    change = k8s.plan_node(run.nodes["gpu-b"], "gpu-b", nodes["gpu-b"], run.complete, RUN_AT)
+    assert "taint gpuhealth.io/unhealthy=true:NoSchedule kept: the run did not finish" in (
+        change.notes
+    )
+
+
+def test_two_hosts_named_as_one_node_are_refused(tmp_path, capsys):
+    """Else the second host's verdict undoes the first's: a PASS would untaint a FAIL."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  hosts:\n"
+        "    gpu-a:\n      kubernetes_node_name: gpu-x\n"
+        "    gpu-b:\n      kubernetes_node_name: gpu-x\n"
+        "    gpu-c: {}\n"
+    )
+    verdicts = write_run(tmp_path / "verdicts.json")
+    code = cli.main(["act", "kubernetes", "--verdicts", str(verdicts), "--inventory",
+                     str(inventory)])  # fmt: skip
+    assert code == 2
+    assert capsys.readouterr().out == (
+        f"gpuhealth act kubernetes: inventory {inventory}: kubernetes_node_name names one node "
+        "for several hosts: gpu-a, gpu-b -> gpu-x\n"
+    )
+
+
 # Kubernetes' label syntax (apimachinery's IsQualifiedName and IsValidLabelValue).
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")

@@ -71,7 +71,7 @@ def test_npd_plugin_mode_is_one_line_and_the_npd_exit_codes(fake_nvml_lib, tmp_p
     for done in (ok, bad, unknown):
         assert done.stdout.count("\n") == 1 and len(done.stdout.strip()) <= 80, done.stdout
     assert bad.stdout.startswith("FAIL (+1): gpu3 ecc_errors: "), bad.stdout
-    assert ok.stdout.startswith("PASS: "), ok.stdout
+    assert ok.stdout.startswith("PASS: ") and "PASS: PASS" not in ok.stdout, ok.stdout
 
 
 def test_a_hung_probe_fails_the_node_on_its_deadline(fake_nvml_lib, tmp_path):
@@ -160,10 +160,9 @@ def test_the_plan_drains_fails_resumes_its_own_and_leaves_others_alone():
     changes, notes = slurm.plan(run, {h: h for h in run.nodes}, slurm.parse_sinfo(SINFO))
     assert [(c.node, c.state) for c in changes] == [("n2", "DRAIN"), ("n3", "RESUME")]
     assert changes[0].reason == "gpuhealth: FAIL n2 gpu3: 4 uncorrectable ECC errors [ecc_errors]"
-    assert (
-        changes[0]
-        .shown()
-        .endswith('Reason="gpuhealth: FAIL n2 gpu3: 4 uncorrectable ECC errors [ecc_errors]"')
+    assert changes[0].shown() == (
+        "scontrol update NodeName=n2 State=DRAIN "
+        "'Reason=gpuhealth: FAIL n2 gpu3: 4 uncorrectable ECC errors [ecc_errors]'"
     )
     assert changes[1].argv() == ["scontrol", "update", "NodeName=n3", "State=RESUME"]
     text = "\n".join(notes)
@@ -185,7 +184,7 @@ def test_inventory_names_map_to_slurm_names():
     run = _run(**{"dgx-gpu3": ("FAIL", ["x"])})
     changes, _ = slurm.plan(run, {"dgx-gpu3": "n2"}, slurm.parse_sinfo(SINFO))
     assert [(c.node, c.host) for c in changes] == [("n2", "dgx-gpu3")]
-    assert slurm.node_name("node7.cluster.local", {}) == "node7"
+    assert slurm.node_name("node7.cluster.local", {}) == "node7.cluster.local"
     assert slurm.node_name("node7", {"slurm_node_name": "gpu007"}) == "gpu007"
 
 
@@ -213,3 +212,26 @@ def test_act_slurm_says_what_is_wrong_with_its_input(tmp_path):
         [GPUHEALTH, "act", "slurm", "--verdicts", str(bad)], capture_output=True, text=True
     )
     assert done.returncode == 2 and "node 'n1' has no valid verdict" in done.stdout
+
+
+def test_a_broken_inventory_is_a_usage_error_and_unknown_to_npd(fake_nvml_lib, tmp_path):
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text("all: [unclosed\n")
+    done = node_check(fake_nvml_lib, "healthy-h100x8", tmp_path, "--inventory", str(inventory))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"inventory {inventory}: ansible-inventory failed" in done.stderr
+    npd = node_check(
+        fake_nvml_lib, "healthy-h100x8", tmp_path, "--inventory", str(inventory), "--npd"
+    )
+    assert npd.returncode == 2 and npd.stdout.count("\n") == 1, npd.stdout
+
+
+def test_slurm_messages_leave_json_and_npd_output_alone(fake_nvml_lib, tmp_path):
+    """No Slurm cluster here: --slurm says so on stderr when stdout is a document or NPD's
+    line, and the exit status says Slurm was not told."""
+    done = node_check(fake_nvml_lib, "healthy-h100x8", tmp_path, *H100, "--json", "--slurm")
+    assert json.loads(done.stdout)["verdict"] == "PASS"
+    assert done.stderr.startswith("slurm: "), done.stderr
+    assert done.returncode == 1
+    npd = node_check(fake_nvml_lib, "healthy-h100x8", tmp_path, *H100, "--npd", "--slurm")
+    assert npd.stdout.count("\n") == 1 and npd.stderr.startswith("slurm: ")

@@ -36,7 +36,7 @@ from gpuhealth.history.run import measured, measured_load
 from gpuhealth.integrations import prometheus
 from gpuhealth.integrations.prometheus import EXPORTED, NOT_EXPORTED, Run
 from gpuhealth.local import LocalVerdict
-from gpuhealth.report import ORDER, NodeVerdict, Outcome
+from gpuhealth.report import NodeVerdict, Outcome
 from selftest.facts import healthy_h100, limits, write_facts
 from selftest.facts import probe as run_probe
 from selftest.fakenvml import nvml_env, write_scenario
@@ -300,8 +300,12 @@ def local_verdict(facts: dict[str, Any] | None, outcomes: list[Outcome], verdict
     return LocalVerdict("n9", node, outcomes, time.time() - 3, 2.5, facts, limits("h100-sxm"))
 
 
-@pytest.mark.parametrize("kind", ["missing", "a file", "target is a directory"])
-def test_an_unwritable_textfile_is_one_clean_error(tmp_path, capsys, kind):
+@pytest.mark.parametrize(
+    "kind, why",
+    [("missing", "no such directory"), ("a file", "not a directory"),
+     ("target is a directory", "Is a directory")],
+)  # fmt: skip
+def test_an_unwritable_textfile_is_one_clean_error(tmp_path, capsys, kind, why):
     directory = tmp_path / "textfile"
     if kind == "a file":
         directory.write_text("")
@@ -311,7 +315,7 @@ def test_an_unwritable_textfile_is_one_clean_error(tmp_path, capsys, kind):
     assert prometheus.write_node_check(directory, result) == 1
     out, err = capsys.readouterr()
     assert out == ""  # stdout is node-check's answer (node-problem-detector reads it)
-    assert f"cannot write {directory / prometheus.FILE_NAME}" in err
+    assert f"cannot write {directory / prometheus.FILE_NAME}: " in err and why in err
     if kind == "target is a directory":
         assert sorted(os.listdir(directory)) == [prometheus.FILE_NAME]  # no temp file left
 
@@ -637,9 +641,9 @@ def test_the_rules_unit_tests_catch_every_wrong_rule(tmp_path):
 
 
 def test_verdicts_and_statuses_rank_as_the_verdicts_do():
-    """The textfile's verdicts are verdicts.json's, and check statuses rank as report.ORDER
-    ranks verdicts: a pass, a warning, not evaluated, a failure, could not run."""
-    assert list(prometheus.VERDICTS) == sorted(ORDER, key=ORDER.get)
+    """The textfile's verdicts are verdicts.json's in report.ORDER's rank, and check statuses
+    rank alike: a pass, a warning, not evaluated, a failure, could not run."""
+    assert prometheus.VERDICTS == ("PASS", "WARN", "NOT_CHECKED", "FAIL", "UNREACHABLE")
     assert sorted(prometheus.STATUS_CODES, key=prometheus.STATUS_CODES.get) == [
         "PASS", "WARN", "SKIP", "FAIL", "ERROR",
     ]  # fmt: skip

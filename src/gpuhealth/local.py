@@ -121,7 +121,17 @@ def run_local_probe(config: dict[str, Any], python: str, timeout_s: float) -> di
         stdout, stderr = proc.communicate(timeout=timeout_s + 5)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        try:
+            proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:  # stuck in the kernel (D state): SIGKILL waits
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            raise ProbeError(
+                f"probe gave no answer within {timeout_s:g} s and could not be killed "
+                "(stuck in the kernel?)",
+                unreachable=False,
+            ) from None
         raise ProbeError(
             f"probe gave no answer within {timeout_s:g} s", unreachable=False
         ) from None

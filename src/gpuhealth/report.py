@@ -227,6 +227,21 @@ class VerdictBook:
         return sorted(self.nodes.values(), key=lambda n: (-ORDER[n.verdict], n.host))
 
 
+def headline(verdict: str, reasons: list[str]) -> str:
+    """A node's verdict and its first (most severe) reason: what a drain reason, a node
+    condition or a one-line answer says."""
+    if not reasons:
+        return verdict
+    more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+    return f"{verdict}: {reasons[0]}{more}"
+
+
+def one_line(text: str, limit: int) -> str:
+    """`text` on one line (whitespace collapsed), cut to `limit` characters with "..."."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def overall(verdicts: list[NodeVerdict]) -> str:
     """The worst node verdict of a run; a run that judged no host checked nothing."""
     return max((v.verdict for v in verdicts), key=ORDER.__getitem__, default="NOT_CHECKED")

@@ -67,6 +67,7 @@ class Reporter:
     readings: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     checked: list[tuple[str, int | None, str, str]] = field(default_factory=list)
     cut_short: bool = False  # tests the run ended before (^C, a lost worker)
+    complete: bool = False  # set at the end: see pytest_sessionfinish
     _pending: dict[str, _Pending] = field(default_factory=dict)
     _slots: dict[str, tuple[str, int | None]] | None = None  # see _placed
 
@@ -183,6 +184,9 @@ class Reporter:
         for name, target in self.state.targets.items():
             self.book.node(name).gpu_slots = target.gpu_slots
         self.verdicts = self.book.finish()
+        # Complete: every test ran to its end and pytest itself finished (0 or 1); the same
+        # for verdicts.json (what `gpuhealth act` trusts), the run store and the textfile.
+        self.complete = int(exitstatus) in (0, 1) and not self.cut_short
         # Each report on its own: one that cannot be written stops none of the others.
         kept = self._keep_history(session, int(exitstatus))
         history = self.state.history
@@ -193,7 +197,7 @@ class Reporter:
                 {
                     "hosts": sorted(self.state.targets),
                     "source": "pytest",
-                    "complete": not self.cut_short,
+                    "complete": self.complete,
                     "history": {"store": history.name, "run": history.uid if kept else None},
                 },
             )
@@ -233,7 +237,7 @@ class Reporter:
             level=self.state.level,
             finished_at=now,
             duration_s=max(0.0, now - self.state.history.started_at),
-            complete=exitstatus in (0, 1) and not self.cut_short,
+            complete=self.complete,
             verdicts=self.verdicts,
             outcomes=self.checked,
             measured=measured,
@@ -272,7 +276,7 @@ class Reporter:
             store.write_run(
                 run_record(
                     history,
-                    complete=exitstatus in (0, 1) and not self.cut_short,
+                    complete=self.complete,
                     exit_status=exitstatus,
                     level=self.state.level,
                     source="facts" if opt.facts else "live",

@@ -94,7 +94,7 @@ def _inventory_vars(inventory: str | None) -> Any:
     runner = AnsibleRunner.get_runner(inventory)
     try:
         runner.get_hosts("all")
-    except AssertionError as exc:
+    except (AssertionError, RuntimeError) as exc:  # testinfra: "No inventory was parsed"
         raise ConfigError(f"inventory {inventory}: ansible-inventory failed: {exc}") from exc
     return runner
 

@@ -11,6 +11,7 @@ import ast
 import base64
 import importlib.util
 import json
+import math
 import shlex
 import zlib
 from pathlib import Path
@@ -112,7 +113,8 @@ def probe_command(config: dict[str, Any], python: str = "python3", timeout_s: fl
     payload = {"modules": modules, "packages": packages, "config": config}
     blob = base64.b64encode(zlib.compress(json.dumps(payload).encode(), 9)).decode()
     return (
-        f"timeout -k 5 {int(timeout_s)} {shlex.quote(python)} -c {shlex.quote(_BOOTSTRAP)} {blob}"
+        f"timeout -k 5 {math.ceil(timeout_s)} {shlex.quote(python)} -c {shlex.quote(_BOOTSTRAP)} "
+        f"{blob}"
     )
 
 

@@ -40,6 +40,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from gpuhealth import report as reporting
 from gpuhealth.config import ConfigError
 from gpuhealth.integrations import verdicts as runs
 from gpuhealth.report import gpu_ranges
@@ -183,14 +184,10 @@ def _label_changes(patch: dict[str, str | None], labels: dict[str, str]) -> list
 
 def condition_message(state: runs.NodeState, complete: bool) -> str:
     """The condition's message: the verdict and the headline, on one bounded line."""
-    text = state.verdict
-    if state.reasons:
-        more = len(state.reasons) - 1
-        text += f": {state.reasons[0]}" + (f" (+{more} more)" if more > 0 else "")
+    text = reporting.headline(state.verdict, state.reasons)
     if not complete:
         text += " (the run did not finish)"
-    text = " ".join(text.split())
-    return text if len(text) <= MESSAGE_MAX else text[: MESSAGE_MAX - 3] + "..."
+    return reporting.one_line(text, MESSAGE_MAX)
 
 
 def _ours(taint: dict[str, Any]) -> bool:
@@ -460,10 +457,7 @@ def _act(args: argparse.Namespace) -> int:
         return 2
     at = observed_at(run)
     changes, missing = plan(run, names, nodes, at)
-    print(
-        f"{run.path} ({run.generated_at}{'' if run.complete else ', incomplete run'}): "
-        f"{len(run.nodes)} nodes, {len(changes)} in the cluster at {cluster.server}"
-    )
+    print(f"{run.title}: {len(run.nodes)} nodes, {len(changes)} in the cluster at {cluster.server}")
     for line in missing:
         print(f"  {line}")
     failed = 0

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
+from gpuhealth import report as reporting
 from gpuhealth.config import ConfigError
 from gpuhealth.local import DEFAULT_TIMEOUT_S, LocalVerdict, Selection, judge_here
 
@@ -80,7 +82,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--slurm-node",
         help="this node's Slurm name (default: inventory var "
-        "slurm_node_name, else the short hostname)",
+        "slurm_node_name, else the inventory name or hostname)",
     )
     parser.add_argument(
         "--apply",
@@ -116,7 +118,7 @@ def npd_message(result: LocalVerdict) -> str:
     UUID and serial, which would use up the line before saying what is wrong)."""
     failures = result.failures
     if not failures:
-        return f"{result.verdict.verdict}: {result.headline()}"
+        return result.headline()
     first = failures[0]
     where = f"gpu{first.gpu} " if first.gpu is not None else ""
     more = f" (+{len(failures) - 1})" if len(failures) > 1 else ""
@@ -124,8 +126,7 @@ def npd_message(result: LocalVerdict) -> str:
 
 
 def _npd_line(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= NPD_MESSAGE_MAX else line[: NPD_MESSAGE_MAX - 3] + "..."
+    return reporting.one_line(text, NPD_MESSAGE_MAX)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -155,8 +156,16 @@ def run(args: argparse.Namespace) -> int:
     if args.slurm:
         from gpuhealth.integrations import slurm
 
-        name = args.slurm_node or slurm.node_name(result.host, target.host_vars)
-        status |= slurm.act_on_self(name, result, args.apply)
+        # slurmd tells a HealthCheckProgram the node's Slurm name.
+        name = (
+            args.slurm_node
+            or os.environ.get("SLURMD_NODENAME")
+            or slurm.node_name(result.host, target.host_vars)
+        )
+        # --json and --npd own stdout: what Slurm was told goes to stderr there.
+        quiet = args.json or args.npd
+        say = (lambda text: print(text, file=sys.stderr)) if quiet else print
+        status |= slurm.act_on_self(name, result, args.apply, say)
     if args.npd:
         return (
             NPD_UNKNOWN

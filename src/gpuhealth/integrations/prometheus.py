@@ -35,13 +35,13 @@ from gpuhealth.checks import NodeView
 from gpuhealth.families.history import metrics
 from gpuhealth.history.run import measured
 from gpuhealth.local import LocalVerdict
-from gpuhealth.report import NodeVerdict
+from gpuhealth.report import ORDER, NodeVerdict
 
 FILE_NAME = "gpuhealth.prom"
 PREFIX = "gpuhealth_"
 # Every verdict a node can get, one series each (one-hot). NOT_CHECKED is a verdict of its
 # own: no check passed or failed, so nothing vouches for the node, and it must not read as PASS.
-VERDICTS = ("PASS", "WARN", "NOT_CHECKED", "FAIL", "UNREACHABLE")
+VERDICTS = tuple(sorted(ORDER, key=ORDER.__getitem__))  # PASS ... UNREACHABLE
 # gpuhealth_check_status: ordered as report.ORDER ranks verdicts (PASS, WARN, not evaluated,
 # FAIL, could not run), so `>= 3` is "failing" and only 0 is a pass.
 STATUS_CODES = {"PASS": 0, "WARN": 1, "SKIP": 2, "FAIL": 3, "ERROR": 4}
@@ -361,6 +361,8 @@ def write(directory: Path, run: Run) -> Path:
     """
     directory = Path(directory)
     if not directory.is_dir():
+        if directory.exists():
+            raise NotADirectoryError(f"not a directory: {directory}")
         raise FileNotFoundError(f"no such directory: {directory}")
     text = render(run)
     fd, temp = tempfile.mkstemp(prefix=f".{FILE_NAME}.", suffix=".tmp", dir=directory)

@@ -11,8 +11,9 @@ driver hangs. So the node is judged in a background thread (gpuhealth.local.judg
 shipped probe as a child with a deadline, then the quick checks), at start and again --ttl
 seconds after each judgement ends, and every request is answered from the latest verdict in
 milliseconds. It fails closed: a request that comes before the first verdict waits at most
---startup-wait seconds for it and is then answered unhealthy, and so is one whose verdict is
-older than a refresh can take (refreshing is stuck, e.g. in a driver call no signal ends).
+--startup-wait seconds for it (and never past the client's deadline) and is then answered
+unhealthy, and so is one whose verdict is older than a refresh can take (refreshing is stuck,
+e.g. in a driver call no signal ends), and one the service fails to answer.
 
 A request's args are logged, not obeyed. They are the command line of NVIDIA's own health check
 script: `--no-slurm` asks it not to act on Slurm, which serve never does, and `--group prolog
@@ -63,6 +64,12 @@ REFRESH_SLACK_S = 30.0
 # A Unix socket's path, in bytes, without the NUL that ends it in sun_path (108 on Linux).
 SUN_PATH_MAX = 107
 HEALTHY = ("PASS", "WARN")
+# What an answer needs to reach a client before its deadline: a request that waits for the
+# first verdict stops waiting this long before the client would give up (and count it healthy).
+DEADLINE_MARGIN_S = 2.0
+# An HTTP connection that sends no complete request in this long is closed: an idle client
+# must not hold one of the server's threads for good.
+HTTP_IDLE_TIMEOUT_S = 10.0
 
 _LOG_LOCK = threading.Lock()
 
@@ -73,6 +80,12 @@ def _log(message: str) -> None:
     with _LOG_LOCK:
         sys.stderr.write(f"{stamp} gpuhealth serve: {message}\n")
         sys.stderr.flush()
+
+
+def _printable(text: str) -> str:
+    """What a client sent, fit for one log line: control characters escaped (a newline in a
+    request's args must not forge a log line, an escape sequence not drive the terminal)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _notify(state: str) -> None:
@@ -253,6 +266,21 @@ class Verdicts:
         return Answer(False, verdict, document, latest.headline())
 
 
+def answer_now(verdicts: Verdicts, wait_s: float, remaining_s: float | None = None) -> Answer:
+    """The answer to one request, gRPC's or HTTP's: the cached verdict, waiting for a first
+    one at most `wait_s` and never past the client's deadline (`remaining_s` from now, less
+    DEADLINE_MARGIN_S: a request queued behind others still answers in time). A failure to
+    answer is an unhealthy answer, never an error: the launcher counts errors as healthy."""
+    if remaining_s is not None:
+        wait_s = max(0.0, min(wait_s, remaining_s - DEADLINE_MARGIN_S))
+    try:
+        return verdicts.answer(wait_s)
+    except Exception as exc:
+        message = f"gpuhealth serve failed to answer: {type(exc).__name__}: {exc}"
+        _log(f"{message}\n{traceback.format_exc().rstrip()}")
+        return _unhealthy(_document(verdicts.host), message, Action.RERUN)
+
+
 @dataclass(frozen=True)
 class Options:
     """The service's own options, validated."""
@@ -424,14 +452,9 @@ def _grpc_server(verdicts: Verdicts, wait_s: float) -> Any:
     class HealthCheckService(nvhcd_pb2_grpc.HealthCheckServiceServicer):
         def RunHealthCheck(self, request: Any, context: Any) -> Any:  # the proto's name
             started = time.perf_counter()
-            try:
-                answer = verdicts.answer(wait_s)
-            except Exception as exc:  # the client counts an RPC error as healthy: never raise
-                message = f"gpuhealth serve failed to answer: {type(exc).__name__}: {exc}"
-                _log(f"{message}\n{traceback.format_exc().rstrip()}")
-                answer = _unhealthy(_document(verdicts.host), message, Action.RERUN)
+            answer = answer_now(verdicts, wait_s, context.time_remaining())
             _log(
-                f"rpc peer={context.peer()} args={shlex.join(request.args) or '-'} "
+                f"rpc peer={context.peer()} args={_printable(shlex.join(request.args)) or '-'} "
                 f"verdict={answer.verdict} success={answer.healthy} "
                 f"{(time.perf_counter() - started) * 1000:.1f} ms"
             )
@@ -453,6 +476,7 @@ def _http_server(address: tuple[str, int], verdicts: Verdicts, wait_s: float) ->
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "gpuhealth-serve"
+        timeout = HTTP_IDLE_TIMEOUT_S
 
         def do_GET(self) -> None:  # http.server's name
             path = urlsplit(self.path).path
@@ -460,7 +484,7 @@ def _http_server(address: tuple[str, int], verdicts: Verdicts, wait_s: float) ->
                 fresh, state = verdicts.fresh()
                 self._send(200 if fresh else 503, "text/plain", f"{state}\n")
             elif path == "/v1/verdict":
-                answer = verdicts.answer(wait_s)
+                answer = answer_now(verdicts, wait_s)
                 self._send(200 if answer.healthy else 503, "application/json", answer.output())
             else:
                 self._send(404, "text/plain", "not found: GET /healthz or /v1/verdict\n")
@@ -475,7 +499,7 @@ def _http_server(address: tuple[str, int], verdicts: Verdicts, wait_s: float) ->
             self.wfile.write(data)
 
         def log_message(self, format: str, *args: Any) -> None:
-            _log(f"http {self.client_address[0]} {format % args}")
+            _log(f"http {self.client_address[0]} {_printable(format % args)}")
 
     class Server(ThreadingHTTPServer):
         address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET

@@ -9,6 +9,7 @@ took down for another reason is left alone, whatever the verdict. Changes go thr
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuhealth import report as reporting
 from gpuhealth.config import ConfigError
 from gpuhealth.integrations import verdicts as runs
 
@@ -26,6 +28,7 @@ REASON_MAX = 200
 COMMAND_TIMEOUT_S = 20
 # sinfo's long state names that mean the node takes no new work.
 DRAINED = ("drain", "drained", "draining", "down", "fail", "failing")
+BAD = ("FAIL", "UNREACHABLE")  # the verdicts that drain a node
 
 
 class SlurmError(Exception):
@@ -67,19 +70,16 @@ class Change:
         return args + ([f"Reason={self.reason}"] if self.reason is not None else [])
 
     def shown(self) -> str:
-        """The command as one would type it in a shell."""
-        args = self.argv()
-        if self.reason is not None:
-            args[-1] = f'Reason="{self.reason}"'
-        return " ".join(args)
+        """The command as one would paste it into a shell (quoted: reasons come from
+        check messages)."""
+        return shlex.join(self.argv())
 
 
 def reason(headline: str) -> str:
-    """gpuhealth's drain reason: the prefix, then the headline on one line, within
-    REASON_MAX characters and without the characters a reason cannot keep."""
-    text = " ".join("".join(c if c.isprintable() and c != '"' else " " for c in headline).split())
-    full = f"{PREFIX} {text}"
-    return full if len(full) <= REASON_MAX else full[: REASON_MAX - 3] + "..."
+    """gpuhealth's drain reason: the prefix, then the headline on one printable line, within
+    REASON_MAX characters."""
+    text = "".join(c if c.isprintable() and c != '"' else " " for c in headline)
+    return reporting.one_line(f"{PREFIX} {text}", REASON_MAX)
 
 
 def _run(argv: list[str]) -> str:
@@ -119,9 +119,10 @@ def query(names: list[str] | None = None) -> dict[str, SlurmNode]:
 
 
 def node_name(host: str, host_vars: dict[str, Any]) -> str:
-    """A host's Slurm name: inventory var `slurm_node_name`, else the short hostname."""
+    """A host's Slurm name: inventory var `slurm_node_name`, else its inventory name (as
+    `act slurm` maps them; slurmd tells node-check its own name: SLURMD_NODENAME)."""
     value = host_vars.get("slurm_node_name")
-    return str(value) if value not in (None, "") else host.split(".")[0]
+    return str(value) if value not in (None, "") else host
 
 
 def plan(
@@ -134,7 +135,7 @@ def plan(
         name = names.get(host, host)
         node = known.get(name)
         where = host if name == host else f"{host} (Slurm {name})"
-        bad = state.verdict in ("FAIL", "UNREACHABLE")
+        bad = state.verdict in BAD
         if node is None:
             if bad or state.verdict == "PASS":
                 notes.append(f"{where}: {state.verdict}, but Slurm has no node {name}")
@@ -183,48 +184,43 @@ def _act(args: argparse.Namespace) -> int:
         print(f"gpuhealth act slurm: {exc}")
         return 2
     changes, notes = plan(run, names, known)
-    print(
-        f"{run.path} ({run.generated_at}{'' if run.complete else ', incomplete run'}): "
-        f"{len(run.nodes)} nodes, {len(changes)} changes"
-    )
+    print(f"{run.title}: {len(run.nodes)} nodes, {len(changes)} changes")
     for note in notes:
         print(f"  {note}")
+    # A failed node Slurm does not know keeps taking jobs: a mapping to fix, never a success.
+    lost = [h for h, s in run.nodes.items() if s.verdict in BAD and names[h] not in known]
     if not args.apply:
         for change in changes:
             print(f"would run: {change.shown()}    # {change.host}: {change.why}")
         if changes:
             print("dry run: nothing changed (--apply makes these changes)")
-        return 0
-    return 1 if apply(changes) else 0
+        return 1 if lost else 0
+    return 1 if apply(changes) or lost else 0
 
 
-def act_on_self(name: str, result: Any, apply_changes: bool) -> int:
+def act_on_self(
+    name: str, result: Any, apply_changes: bool, say: Callable[[str], None] = print
+) -> int:
     """node-check --slurm: drain this node on FAIL, resume it on PASS if gpuhealth drained
-    it; 0, or 1 when Slurm could not be read or changed (said on stdout)."""
+    it; 0, or 1 when Slurm could not be read or changed (each step said through `say`)."""
     verdict = result.verdict
-    run = runs.Run(
-        Path("node-check"),
-        "now",
-        True,
-        {
-            name: runs.NodeState(
-                name, verdict.verdict, verdict.reasons, verdict.actions, verdict.failed
-            )
-        },
-    )
+    state = runs.NodeState(name, verdict.verdict, verdict.reasons, verdict.actions, verdict.failed)
+    run = runs.Run(Path("node-check"), "now", True, {name: state})
     try:
         known = query([name])
     except SlurmError as exc:
-        print(f"slurm: {exc}")
+        say(f"slurm: {reporting.one_line(str(exc), 300)}")
         return 1
     changes, notes = plan(run, {name: name}, known)
     for note in notes:
-        print(f"slurm: {note}")
+        say(f"slurm: {note}")
+    if name not in known and verdict.verdict in BAD:
+        return 1
     if not apply_changes:
         for change in changes:
-            print(f"slurm: would run: {change.shown()}")
+            say(f"slurm: would run: {change.shown()}")
         return 0
-    return 1 if apply(changes, lambda text: print(f"slurm: {text}")) else 0
+    return 1 if apply(changes, lambda text: say(f"slurm: {text}")) else 0
 
 
 def add_parser(targets: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -7,9 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuhealth.config import ConfigError
+from gpuhealth.report import ORDER
 from gpuhealth.targets import host_vars_of
 
-VERDICTS = ("PASS", "WARN", "NOT_CHECKED", "FAIL", "UNREACHABLE")
+VERDICTS = tuple(sorted(ORDER, key=ORDER.__getitem__))  # every verdict a run gives a node
+# More GPU slots than any node has: a larger count (or index) is a broken file, and would
+# otherwise become that many node labels.
+MAX_GPU_SLOTS = 1024
 
 
 class VerdictsError(Exception):
@@ -34,7 +39,7 @@ class NodeState:
 
     def bad_gpus(self) -> set[int]:
         """GPU indices with a failed check (or one that could not run)."""
-        return {e["gpu"] for e in self.failed if isinstance(e.get("gpu"), int)}
+        return {e["gpu"] for e in self.failed if _whole(e.get("gpu"), MAX_GPU_SLOTS - 1)}
 
 
 @dataclass(frozen=True)
@@ -46,45 +51,81 @@ class Run:
     complete: bool
     nodes: dict[str, NodeState]
 
+    @property
+    def title(self) -> str:
+        """The run in one line, as each action's output starts: file, time, incomplete."""
+        return f"{self.path} ({self.generated_at}{'' if self.complete else ', incomplete run'})"
+
+
+def _whole(value: Any, most: int) -> bool:
+    """Whether `value` is a whole number from 0 to `most` (a bool is not, though Python
+    counts it an int)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= most
+
 
 def _strings(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else []
 
 
+def _node(path: Path, host: str, node: Any) -> NodeState:
+    """One node's entry, or VerdictsError naming what in it is not what a run writes: an
+    action must not label GPU "-1" or a million slots, nor skip a failure it cannot read."""
+    verdict = node.get("verdict") if isinstance(node, dict) else None
+    if verdict not in VERDICTS:
+        raise VerdictsError(f"{path}: node {host!r} has no valid verdict ({verdict!r})")
+    slots = node.get("gpu_slots")
+    if slots is not None and not _whole(slots, MAX_GPU_SLOTS):
+        raise VerdictsError(f"{path}: node {host!r} has an invalid gpu_slots ({slots!r})")
+    failed = node.get("failed", [])
+    if not isinstance(failed, list) or not all(isinstance(e, dict) for e in failed):
+        raise VerdictsError(f"{path}: node {host!r}: 'failed' is not a list of objects")
+    for entry in failed:
+        if entry.get("gpu") is not None and not _whole(entry["gpu"], MAX_GPU_SLOTS - 1):
+            raise VerdictsError(
+                f"{path}: node {host!r} has a failure on an invalid GPU ({entry['gpu']!r})"
+            )
+    return NodeState(
+        host,
+        verdict,
+        _strings(node.get("reasons")),
+        _strings(node.get("actions")),
+        failed,
+        slots,
+    )
+
+
 def load(path: Path) -> Run:
-    """The run in `path`, validated enough to act on (VerdictsError otherwise)."""
+    """The run in `path`, validated enough to act on (VerdictsError otherwise). A run that
+    does not say it finished counts as one that did not: nothing is resumed or untainted on
+    the word of a file that may be partial."""
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
         raise VerdictsError(f"{path}: no such file (run the suite first)") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise VerdictsError(f"{path}: cannot read it: {exc}") from None
     nodes = doc.get("nodes") if isinstance(doc, dict) else None
     if not isinstance(nodes, dict):
         raise VerdictsError(f"{path}: not a gpuhealth verdicts.json (no 'nodes' object)")
-    found: dict[str, NodeState] = {}
-    for host, node in nodes.items():
-        verdict = node.get("verdict") if isinstance(node, dict) else None
-        if verdict not in VERDICTS:
-            raise VerdictsError(f"{path}: node {host!r} has no valid verdict ({verdict!r})")
-        slots = node.get("gpu_slots")
-        found[str(host)] = NodeState(
-            str(host),
-            verdict,
-            _strings(node.get("reasons")),
-            _strings(node.get("actions")),
-            [e for e in node.get("failed") or [] if isinstance(e, dict)],
-            slots if isinstance(slots, int) and slots >= 0 else None,
-        )
-    return Run(path, str(doc.get("generated_at") or "?"), doc.get("complete") is not False, found)
+    found = {host: _node(path, host, node) for host, node in nodes.items()}
+    return Run(path, str(doc.get("generated_at") or "?"), doc.get("complete") is True, found)
 
 
 def node_names(hosts: list[str], inventory: str | None, var: str) -> dict[str, str]:
     """Inventory name -> the scheduler's name for it: the host's `var` (e.g. slurm_node_name)
-    where the inventory sets one, else the inventory name itself."""
+    where the inventory sets one, else the inventory name itself. Two hosts mapped to one
+    node are a ConfigError: the second's verdict would undo the first's (a PASS untainting
+    a FAIL)."""
     found = host_vars_of(inventory, hosts)
-    names = {}
+    names: dict[str, str] = {}
     for host in hosts:
         value = found.get(host, {}).get(var)
         names[host] = str(value) if value not in (None, "") else host
+    by_name: dict[str, list[str]] = {}
+    for host, name in names.items():
+        by_name.setdefault(name, []).append(host)
+    shared = {name: named for name, named in by_name.items() if len(named) > 1}
+    if shared:
+        said = "; ".join(f"{', '.join(sorted(h))} -> {n}" for n, h in sorted(shared.items()))
+        raise ConfigError(f"inventory {inventory}: {var} names one node for several hosts: {said}")
     return names
