@@ -8,8 +8,11 @@ STAMP  := $(VENV)/.installed
 TOOLS  := .tools
 PYTEST_ARGS ?=
 APT_PACKAGES := python3 python3-venv gcc make nodejs npm openssl
-# Only `make test`: a throwaway PostgreSQL for the run store's tests, systemd-analyze for ci/.
-TEST_APT_PACKAGES := postgresql systemd
+# postgresql: a throwaway run store; systemd: systemd-analyze verify; slurm*/munge: a real Slurm
+# on the bed; prometheus*: node_exporter and promtool; numactl: node-check's host checks here;
+# kubernetes-client: kubectl --local applies act kubernetes' patches offline.
+TEST_APT_PACKAGES := postgresql systemd slurmctld slurmd slurm-client munge \
+	prometheus-node-exporter prometheus numactl kubernetes-client
 
 .PHONY: deps test-deps venv check report test bench fuzz lint clean
 
@@ -28,6 +31,8 @@ test-deps:
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
+	for cmd in slurmctld slurmd scontrol munged prometheus-node-exporter promtool numactl kubectl; do \
+	  command -v $$cmd >/dev/null || missing="$$missing $$cmd"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing test packages (missing:$$missing)"; \

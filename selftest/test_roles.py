@@ -25,6 +25,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -32,12 +33,13 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
 
-from gpuhealth.config import expectations_from_vars, limits_model
+from gpuhealth.config import expectations_from_vars, key_table, limits_model
 from gpuhealth.transport import ProbeError
 from selftest.facts import PROFILES
 from selftest.suite import REPO, SuiteRun, run_suite
@@ -65,6 +67,7 @@ def test_the_roles_are_the_components_of_a_gpu_node():
         "dcgm",
         "efa",
         "gpud",
+        "gpuhealth_agent",
         "nccl_tests",
         "numactl",
         "nvidia_driver",
@@ -127,6 +130,15 @@ def test_shared_variables_default_to_what_the_health_suite_expects():
     assert built == profile["nccl_tests_dir"]
     gpud = _yaml(ROLES / "gpud" / "defaults" / "main.yml")
     assert gpud["gpud_address"] == profile["gpud_address"]
+
+
+def test_the_agent_carries_every_inventory_var_the_suite_reads():
+    """node-check and serve judge a node by its /etc/gpuhealth/inventory.yml: the role's list
+    of the vars it copies there must be the suite's keys (and the names it maps)."""
+    listed = _yaml(ROLES / "gpuhealth_agent" / "vars" / "main.yml")["__gpuhealth_agent_host_keys"]
+    keys = [key for _, key, _, _ in key_table()]
+    names = ["gpu_profile", "nvidia_driver_branch", "slurm_node_name", "kubernetes_node_name"]
+    assert listed == names + keys
 
 
 @pytest.mark.parametrize("role", ROLE_NAMES)
@@ -510,3 +522,239 @@ def test_judging_the_collected_facts_gives_the_live_verdicts(roles_run):
         return v["verdict"], failed, v["counts"]
 
     assert {h: verdict(offline[h]) for h in LIVE} == {h: verdict(live[h]) for h in LIVE}
+
+
+# ---------------------------------------------------------------- acting on the verdicts
+
+
+@dataclass
+class Served:
+    """gpuhealth serve on n1 and n2, started from the unit the gpuhealth_agent role installed,
+    asked on each node (where ft_launcher runs) by the launcher's gRPC client over the socket:
+    each node's answer (success, exit_code, output, error, ms) and the socket's mode."""
+
+    commands: dict[str, str]
+    answers: dict[str, dict[str, Any]]
+    mode: dict[str, str]
+
+
+# The launcher's side on the node: a client from the installed gpuhealth's nvhcd stubs.
+ASK = """
+import json, time, grpc
+from gpuhealth.integrations import nvhcd_pb2, nvhcd_pb2_grpc
+start = time.perf_counter()
+with grpc.insecure_channel("unix:///var/run/nvhcd.sock") as channel:
+    stub = nvhcd_pb2_grpc.HealthCheckServiceStub(channel)
+    reply = stub.RunHealthCheck(nvhcd_pb2.HealthCheckRequest(args=["--no-slurm"]), timeout=60)
+print(json.dumps({"success": reply.success, "exit_code": reply.exit_code, "output": reply.output,
+                  "error": reply.error, "ms": (time.perf_counter() - start) * 1000}))
+"""
+
+
+@pytest.fixture(scope="module")
+def served(roles_run):
+    from selftest.testbed import roles_bed
+
+    bed = roles_run.bed
+    commands = {n: roles_bed.start_unit(bed, n, "gpuhealth-serve") for n in ("n1", "n2")}
+    deadline = time.monotonic() + 60
+    while any(bed.ssh(n, "test -S /var/run/nvhcd.sock", check=False).returncode for n in commands):
+        if time.monotonic() > deadline:
+            logs = {n: _on(bed, n, "cat /var/log/gpuhealth-serve.log") for n in commands}
+            pytest.fail(f"no socket within 60 s: {logs}")
+        time.sleep(0.2)
+    ask = f"/opt/gpuhealth/bin/python -c {shlex.quote(ASK)}"
+    answers = {n: json.loads(_on(bed, n, ask)) for n in commands}
+    modes = {n: _on(bed, n, "stat -L -c %a /var/run/nvhcd.sock").strip() for n in commands}
+    return Served(commands, answers, modes)
+
+
+@on_the_bed
+def test_the_health_service_runs_from_the_agent_role_s_unit(served):
+    for node, command in served.commands.items():
+        assert command.startswith("/opt/gpuhealth/bin/gpuhealth serve --socket /var/run/nvhcd.sock")
+        assert served.mode[node] == "660"
+
+
+@on_the_bed
+def test_the_launcher_finds_n1_healthy_and_n2_unhealthy_with_its_findings(served):
+    from selftest.nvrx import failed_checks, nvrx_healthy
+
+    healthy = SimpleNamespace(**served.answers["n1"])
+    assert nvrx_healthy(healthy), healthy
+    assert json.loads(healthy.output)["verdict"] == "PASS"
+    sick = SimpleNamespace(**served.answers["n2"])
+    assert not nvrx_healthy(sick)
+    assert (sick.success, sick.exit_code) == (False, 1)
+    assert {("ecc_errors", 3), ("recovery_action", 5)} <= failed_checks(sick), sick.output
+    # the first answers, judged on the node, well inside ft_launcher's 60 s
+    assert max(a["ms"] for a in served.answers.values()) < 60_000 / 4
+
+
+GPUHEALTH = str(Path(sys.executable).with_name("gpuhealth"))
+SLURM_NAMES = {"n1": "n1", "n2": "n2", "dgx-gpu3": "n3", "n4": "n4"}  # dgx-gpu3 is Slurm's n3
+ADMIN_REASON = "maintenance: PSU swap"
+HEALTH_CHECK = "HealthCheckProgram=/usr/local/sbin/gpuhealth-slurm-healthcheck\n"
+
+
+@dataclass
+class SlurmRun:
+    """gpuhealth against a real Slurm on the bed, step by step (sinfo after each)."""
+
+    dry: subprocess.CompletedProcess  # act slurm on the live run's verdicts, no --apply
+    before: dict[str, tuple[str, str]]
+    applied: subprocess.CompletedProcess
+    drained: dict[str, tuple[str, str]]
+    again: subprocess.CompletedProcess  # the same --apply once more
+    healed: SuiteRun  # the suite on n2 after its faults were healed
+    resumed_by_act: subprocess.CompletedProcess
+    resumed: dict[str, tuple[str, str]]
+    # slurmd's HealthCheckProgram (the agent's wrapper of node-check --slurm --apply) on n2,
+    # broken again, then healed: what sinfo showed, and after how many seconds.
+    health_drained: tuple[str, str]
+    health_drained_s: float
+    health_resumed: tuple[str, str]
+    health_resumed_s: float
+    n1_meanwhile: tuple[str, str]
+    node_check_log: str
+
+
+def _n2(bed, broken: bool) -> None:
+    """n2's faults (ECC gpu3, reset gpu5, a hung storage path) back, or healed."""
+    from selftest.fakenvml import DEFAULT_SCENARIO, scenario_text
+    from selftest.testbed import fleet
+
+    role = fleet.ROLES["n2"]
+    text = fleet.node_scenario(role) if broken else scenario_text("healthy-h100x8")
+    bed.ssh("n2", f"cat > {DEFAULT_SCENARIO}", input=text)
+    fifo = fleet.STORAGE_HANG_FIFO
+    fix = f"mkfifo {fifo}" if broken else f"echo 'sample shard' > {fifo}"
+    bed.ssh("n2", f"rm -f {fifo} && {fix}")
+
+
+@pytest.fixture(scope="module")
+def slurm_run(roles_run):
+    from selftest.testbed import slurmbed
+
+    bed = roles_run.bed
+    bed.set_host_vars({"dgx-gpu3": {"slurm_node_name": "n3"}})
+    start = time.monotonic()
+    with slurmbed.cluster(bed, SLURM_NAMES, list(LIVE)) as slurm:
+        TIMINGS["Slurm up: slurmctld, munge, 3 slurmd"] = time.monotonic() - start
+        slurm.run("scontrol", "update", "NodeName=n4", "State=DRAIN", f"Reason={ADMIN_REASON}")
+
+        def act(verdicts: Path, *more: str) -> subprocess.CompletedProcess:
+            argv = [GPUHEALTH, "act", "slurm", "--verdicts", str(verdicts)]
+            argv += ["--inventory", str(bed.inventory), *more]
+            return subprocess.run(
+                argv, env=slurm.env(), capture_output=True, text=True, timeout=120
+            )
+
+        live = roles_run.live.reports / "verdicts.json"
+        dry = act(live)
+        before = slurm.nodes()
+        applied = act(live, "--apply")
+        drained = slurm.nodes()
+        again = act(live, "--apply")
+
+        _n2(bed, broken=False)
+        hosts = f"--hosts=ansible://n2?ansible_inventory={bed.inventory}"
+        healed = run_suite(REPORTS / "healed-n2", hosts, env=bed.ansible_env())
+        resumed_by_act = act(healed.reports / "verdicts.json", "--apply")
+        resumed = slurm.nodes()
+
+        _n2(bed, broken=True)
+        slurm.configure(bed, HEALTH_CHECK + "HealthCheckInterval=5\n")
+        start = time.monotonic()
+        health_drained = slurm.wait_for("n2", lambda s: s[1].startswith("gpuhealth:"), 90)
+        health_drained_s = time.monotonic() - start
+        _n2(bed, broken=False)
+        start = time.monotonic()
+        health_resumed = slurm.wait_for("n2", lambda s: s[0] == "idle", 90)
+        health_resumed_s = time.monotonic() - start
+        TIMINGS["HealthCheckProgram: n2 drained, then resumed"] = (
+            health_drained_s + health_resumed_s
+        )
+        yield SlurmRun(
+            dry,
+            before,
+            applied,
+            drained,
+            again,
+            healed,
+            resumed_by_act,
+            resumed,
+            health_drained,
+            health_drained_s,
+            health_resumed,
+            health_resumed_s,
+            slurm.nodes()["n1"],
+            bed.ssh("n2", "cat /var/log/gpuhealth-node-check.log", check=False).stdout,
+        )
+
+
+@on_the_bed
+def test_act_slurm_prints_its_changes_and_makes_none_without_apply(slurm_run):
+    run = slurm_run.dry
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert 'would run: scontrol update NodeName=n2 State=DRAIN Reason="gpuhealth: FAIL ' in (
+        run.stdout
+    )
+    assert "would run: scontrol update NodeName=n3 State=DRAIN" in run.stdout  # dgx-gpu3
+    assert "dry run: nothing changed (--apply makes these changes)" in run.stdout
+    assert f"n4: UNREACHABLE, left alone: already drained by someone else ({ADMIN_REASON})" in (
+        run.stdout
+    )
+    before = slurm_run.before
+    assert {n: before[n] for n in ("n1", "n2", "n3")} == dict.fromkeys(
+        ("n1", "n2", "n3"), ("idle", "")
+    )
+    assert before["n4"][1] == ADMIN_REASON  # drained (and, once Slurm notices, not responding)
+
+
+@on_the_bed
+def test_act_slurm_drains_failed_nodes_and_leaves_an_admins_drain_alone(slurm_run):
+    run, nodes = slurm_run.applied, slurm_run.drained
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert nodes["n1"] == ("idle", "")
+    for name in ("n2", "n3"):
+        state, reason = nodes[name]
+        assert state == "drained", nodes
+        assert reason.startswith("gpuhealth: FAIL "), reason
+        assert len(reason) <= 200
+    assert "gpu3" in nodes["n2"][1] or "gpu5" in nodes["n2"][1], nodes["n2"]
+    assert nodes["n4"][0].startswith("drained") and nodes["n4"][1] == ADMIN_REASON  # not ours
+    assert "done: scontrol update NodeName=n2 State=DRAIN" in run.stdout
+    again = slurm_run.again
+    assert again.returncode == 0
+    assert "0 changes" in again.stdout
+    assert "n2: FAIL, already drained by gpuhealth" in again.stdout
+
+
+@on_the_bed
+def test_act_slurm_resumes_the_node_it_drained_once_it_passes(slurm_run):
+    assert slurm_run.healed.verdicts["nodes"]["n2"]["verdict"] == "PASS", slurm_run.healed.output
+    run = slurm_run.resumed_by_act
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "done: scontrol update NodeName=n2 State=RESUME" in run.stdout
+    # idle, and "*" (not responding) until slurmctld's next ping after a RESUME
+    assert slurm_run.resumed["n2"][0].rstrip("*") == "idle"
+    assert slurm_run.resumed["n2"][1] == ""
+    assert slurm_run.resumed["n3"][0] == "drained"  # not in that run: untouched
+    assert slurm_run.resumed["n4"][1] == ADMIN_REASON
+
+
+@on_the_bed
+def test_the_health_check_program_drains_and_resumes_its_own_node(slurm_run):
+    """slurmd runs the agent's wrapper (node-check --slurm --apply) every 5 s: n2 broken is
+    drained with gpuhealth's reason, healed is resumed; n1 (healthy) stays idle."""
+    state, reason = slurm_run.health_drained
+    assert state.startswith("drain"), (slurm_run.health_drained, slurm_run.node_check_log)
+    assert reason.startswith("gpuhealth: FAIL "), reason
+    assert slurm_run.health_resumed == ("idle", ""), slurm_run.node_check_log
+    assert slurm_run.n1_meanwhile == ("idle", "")
+    assert "slurm: done: scontrol update NodeName=n2 State=DRAIN" in slurm_run.node_check_log
+    assert "slurm: done: scontrol update NodeName=n2 State=RESUME" in slurm_run.node_check_log
+    # well inside Slurm's 60 s for a HealthCheckProgram, the hung storage path included
+    durations = [float(d) for d in re.findall(r", ([0-9.]+) s\)$", slurm_run.node_check_log, re.M)]
+    assert durations and max(durations) < 30, slurm_run.node_check_log

@@ -9,6 +9,7 @@ the machine running the tests.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -446,6 +447,86 @@ def test_stopping_answers_the_requests_waiting_for_a_first_verdict():
     answer = cache.answer(30)
     assert time.monotonic() - began < 5
     assert not answer.healthy and "no verdict yet" in answer.error
+
+
+@contextlib.contextmanager
+def served(cache: serve.Verdicts, folder: Path, wait_s: float) -> Iterator[tuple[Path, str]]:
+    """The service's gRPC and HTTP servers in this process, over `cache` (no refresher: the
+    test publishes verdicts): (socket path, HTTP base URL)."""
+    where = folder / "s.sock"
+    grpc_server = serve._grpc_server(cache, wait_s)
+    grpc_server.add_insecure_port(f"unix:{where}")
+    grpc_server.start()
+    http = serve._http_server(("127.0.0.1", 0), cache, wait_s)
+    threading.Thread(target=http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield where, f"http://127.0.0.1:{http.server_address[1]}"
+    finally:
+        grpc_server.stop(grace=None).wait()
+        http.shutdown()
+        http.server_close()
+
+
+def test_a_request_never_waits_past_the_clients_deadline(tmp_path: Path):
+    """A request that waits for the first verdict answers before its client gives up, however
+    long --startup-wait is and however long it was queued: a late answer is an RPC error, which
+    the launcher counts as healthy."""
+    cache = serve.Verdicts("n1", lambda: verdict("PASS"), ttl_s=60, max_age_s=130)
+    with served(cache, tmp_path, wait_s=30) as (where, _):
+        response, ms = ask(where, timeout_s=3 + serve.DEADLINE_MARGIN_S)
+    assert ms < 3000 + serve.DEADLINE_MARGIN_S * 1000
+    assert not nvrx_healthy(response) and "no verdict yet" in response.error
+
+
+def test_an_answer_that_cannot_be_made_is_unhealthy_over_grpc_and_http(tmp_path: Path):
+    broken = verdict("PASS")
+    broken.verdict.warnings.append({})  # its document() raises: a bug of gpuhealth's
+    cache = serve.Verdicts("n1", lambda: broken, ttl_s=60, max_age_s=130)
+    cache.refresh()
+    with served(cache, tmp_path, wait_s=0) as (where, base):
+        response, _ = ask(where)
+        code, body = get(f"{base}/v1/verdict")
+    assert not nvrx_healthy(response)
+    assert response.error.startswith("gpuhealth serve failed to answer: KeyError")
+    assert code == 503 and json.loads(body)["fail_count"] == 1
+    assert json.loads(body)["failed_checks"][0]["check"] == "serve"
+
+
+def test_an_idle_http_connection_is_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(serve, "HTTP_IDLE_TIMEOUT_S", 0.3)
+    cache = serve.Verdicts("n1", lambda: verdict("PASS"), ttl_s=60, max_age_s=130)
+    with served(cache, tmp_path, wait_s=0) as (_, base):
+        port = int(base.rpartition(":")[2])
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as idle:
+            began = time.monotonic()
+            assert idle.recv(1) == b""  # closed by the server; a hang raises TimeoutError
+        assert time.monotonic() - began < 3
+
+
+def test_what_clients_send_is_logged_on_one_line_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    cache = serve.Verdicts("n1", lambda: verdict("PASS"), ttl_s=60, max_age_s=130)
+    cache.refresh()
+    with served(cache, tmp_path, wait_s=0) as (where, base):
+        assert nvrx_healthy(ask(where, ["--no-slurm\n2026-01-01T00:00:00 forged line"])[0])
+        port = int(base.rpartition(":")[2])
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+            client.sendall(b"GET /\x1b[2Jcleared HTTP/1.0\r\n\r\n")
+            assert client.recv(64).startswith(b"HTTP/1.0 404")
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\n2026-01-01T00:00:00 forged" not in err
+    assert "--no-slurm\\n2026" in err and "/\\x1b[2Jcleared" in err
+
+
+def test_the_launchers_rule_reads_only_a_json_object_with_no_failure():
+    def response(output: str, success: bool = True) -> Any:
+        return nvhcd_pb2.HealthCheckResponse(success=success, output=output)
+
+    assert nvrx_healthy(response('{"fail_count": 0, "failed_checks": []}'))
+    for output in ('{"fail_count": 1}', "{}", "[]", "0", "not json"):
+        assert not nvrx_healthy(response(output)), output
+    assert not nvrx_healthy(response('{"fail_count": 0}', success=False))
 
 
 @pytest.mark.parametrize(

@@ -34,14 +34,20 @@ SUITE = "bookworm"
 # build-essential: roles build nccl-tests from source on the nodes, as on real GPU nodes; the
 # mirror carries no Debian toolchain, so it is part of the image (the role's apt task for it
 # then finds it installed). ca-certificates brings the openssl CLI the GPUd stand-in uses.
+# python3-venv likewise for the gpuhealth_agent role's venv. slurmd, slurm-client and munge:
+# the bed's nodes are Slurm compute nodes (Debian's slurm-wlm), as an admin set them up.
 PACKAGES = (
     "openssh-server",
     "python3",
     "python3-apt",
+    "python3-venv",
     "iproute2",
     "procps",
     "ca-certificates",
     "build-essential",
+    "slurmd",
+    "slurm-client",
+    "munge",
 )
 RECIPE = {"version": VERSION, "suite": SUITE, "variant": "minbase", "packages": sorted(PACKAGES)}
 

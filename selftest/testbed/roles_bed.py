@@ -21,7 +21,10 @@ What a real cluster has and the bed lacks, and the inventory vars that say so (b
 - `dcgmi discovery -l`: the dcgmi stand-in replays `diag` and `health` only
   (`dcgm_verify: false`);
 - the EFA installer: efa_installer_tarball() is a stand-in that records its version and
-  installs nothing, so dgx-gpu3 (`fabric: efa`) still has no EFA.
+  installs nothing, so dgx-gpu3 (`fabric: efa`) still has no EFA;
+- a package index: the mirror's `files/wheels/` is a wheelhouse (gpuhealth built from this
+  checkout, its dependencies downloaded once and cached) that the gpuhealth_agent role
+  installs n1 and n2 from, as an air-gapped cluster would.
 
 n1 and n2 also get the mirror's python3-nvidia-ml-py (`nvidia_driver_extra_packages`), as the
 bed helper gives them: their probe reads NVML directly, dgx-gpu3's reads nvidia-smi.
@@ -33,6 +36,7 @@ import dataclasses
 import io
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -127,9 +131,11 @@ def bed_vars(bed: Bed) -> dict[str, dict[str, Any]]:
     }
     # n1, n2 read NVML through nvidia-ml-py; dgx-gpu3 has none (the probe's nvidia-smi fallback).
     nvml = {"nvidia_driver_extra_packages": ["python3-nvidia-ml-py"]}
+    # n1, n2 get gpuhealth itself (serve, Slurm's HealthCheckProgram), from the wheelhouse.
+    agent = {"gpuhealth_agent_installed": True, "gpuhealth_agent_slurm_healthcheck": True}
     return {
-        "n1": {**common, **nvml},
-        "n2": {**common, **nvml},
+        "n1": {**common, **nvml, **agent},
+        "n2": {**common, **nvml, **agent},
         "dgx-gpu3": {**common, "nvidia_driver_install": False},
         "n4": common,
     }
@@ -169,7 +175,35 @@ def provision(bed: Bed) -> dict[str, float]:
     _os_archive(bed, live)
     bed.set_host_vars(bed_vars(bed))
     timings["OS archive per node, EFA stand-in, roles' vars"] = time.monotonic() - start
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="gpuhealth-wheels-") as tmp:
+        publish_wheels(bed, wheelhouse(Path(tmp)))
+    timings["wheelhouse: gpuhealth built, dependencies (cached)"] = time.monotonic() - start
     return timings
+
+
+def wheelhouse(out_dir: Path) -> list[Path]:
+    """gpuhealth's wheel built from this checkout, and every dependency's wheel, as an
+    air-gapped cluster's wheelhouse holds them (dependencies downloaded once, cached)."""
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    run = {"check": True, "capture_output": True, "text": True, "timeout": 600}
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(out_dir), str(REPO)], **run)
+    (built,) = out_dir.glob("gpuhealth-*.whl")
+    cache = bedlib.CACHE_DIR / "wheels" / "gpuhealth-deps"
+    cache.mkdir(parents=True, exist_ok=True)
+    subprocess.run([*pip, "download", "--only-binary=:all:", "-d", str(cache), str(built)], **run)
+    for stale in cache.glob("gpuhealth-*.whl"):  # pip copies the requirement itself too
+        stale.unlink()
+    return [built, *sorted(cache.glob("*.whl"))]
+
+
+def publish_wheels(bed: Bed, wheels: list[Path]) -> None:
+    """The wheelhouse at <mirror>/files/wheels/ (the gpuhealth_agent role's default with a
+    mirror), listed by the mirror's HTTP server for pip's --find-links."""
+    folder = bed.mirror_dir / mirror.FILES_DIR / "wheels"
+    folder.mkdir(parents=True, exist_ok=True)
+    for wheel in wheels:
+        shutil.copy2(wheel, folder / wheel.name)
 
 
 @dataclass
@@ -210,14 +244,27 @@ def mirror_args(bed: Bed) -> list[str]:
     return ["-e", f"gpu_mirror_url={bed.mirror_url}", "-e", "gpu_mirror_trusted=true"]
 
 
-def start_gpud(bed: Bed, node: str) -> str:
-    """Start GPUd as systemd would: the ExecStart of the unit the gpud role installed,
-    detached (the bed has no service manager). Returns that command line."""
-    unit = bed.ssh(node, "cat /etc/systemd/system/gpud.service").stdout
+def start_unit(bed: Bed, node: str, unit: str) -> str:
+    """Start a service as systemd would: the ExecStart of the unit a role installed, detached
+    (the bed has no service manager), logging to /var/log/<unit>.log. Its command line."""
+    text = bed.ssh(node, f"cat /etc/systemd/system/{unit}.service").stdout
     command = next(
-        line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("ExecStart=")
+        line.split("=", 1)[1] for line in text.splitlines() if line.startswith("ExecStart=")
     )
-    bed.ssh(node, f"setsid -f {command} > /var/log/gpud.log 2>&1 < /dev/null")
+    # EnvironmentFile=: its variables, as systemd would set them for ExecStart's $VAR.
+    sources = [
+        line.split("=", 1)[1].lstrip("-")
+        for line in text.splitlines()
+        if line.startswith("EnvironmentFile=")
+    ]
+    env = "".join(f"set -a && . {path} && set +a && " for path in sources)
+    bed.ssh(node, f"{env}setsid -f {command} > /var/log/{unit}.log 2>&1 < /dev/null")
+    return command
+
+
+def start_gpud(bed: Bed, node: str) -> str:
+    """Start GPUd from its unit and wait until it answers /healthz. Its command line."""
+    command = start_unit(bed, node, "gpud")
     address = re.search(r"--listen-address=(\S+)", command)
     url = f"https://{address[1] if address else '127.0.0.1:15132'}/healthz"
     probe = f"python3 -c {shlex.quote(_HEALTHZ.format(url=url))}"
