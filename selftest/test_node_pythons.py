@@ -61,8 +61,11 @@ def stable(doc: Any, path: tuple[str, ...] = ()) -> Any:
     if isinstance(doc, dict):
         return {k: stable(v, (*path, k)) for k, v in doc.items() if (*path, k) not in VOLATILE}
     if isinstance(doc, list):
+        # free space and free memory (numactl --hardware, where numactl is installed) move
         if path == ("system", "disks"):
             return [{k: v for k, v in d.items() if k != "free_bytes"} for d in doc]
+        if path == ("system", "numactl", "hardware", "nodes"):
+            return [{k: v for k, v in d.items() if k != "free_mb"} for d in doc]
         return [stable(v, path) for v in doc]
     return doc
 
