@@ -697,7 +697,7 @@ def slurm_run(roles_run):
 def test_act_slurm_prints_its_changes_and_makes_none_without_apply(slurm_run):
     run = slurm_run.dry
     assert run.returncode == 0, run.stdout + run.stderr
-    assert 'would run: scontrol update NodeName=n2 State=DRAIN Reason="gpuhealth: FAIL ' in (
+    assert "would run: scontrol update NodeName=n2 State=DRAIN 'Reason=gpuhealth: FAIL " in (
         run.stdout
     )
     assert "would run: scontrol update NodeName=n3 State=DRAIN" in run.stdout  # dgx-gpu3

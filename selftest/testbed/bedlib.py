@@ -70,7 +70,19 @@ NODE_MIRROR_DIR = "/srv/gpuhealth-mirror"  # the repo bind-mounted read-only: fi
 # stand-in driver packages can "load" their kernel modules on the node (standins.py).
 NODE_MODULES = "/run/testbed-kernel/modules"
 # Programs whose command line naming the run dir marks them as ours (nodes, mirror, ssh masters).
-OWN_PROGRAMS = ("ssh", "sshd", "unshare", "ip", "sh", "chroot", "setsid")
+# munged, slurmctld (and its slurmscriptd): slurmbed's controller side, daemons we adopt.
+OWN_PROGRAMS = (
+    "ssh",
+    "sshd",
+    "unshare",
+    "ip",
+    "sh",
+    "chroot",
+    "setsid",
+    "munged",
+    "slurmctld",
+    "slurmscriptd",
+)
 HOST_TOOLS = {
     "debootstrap": "debootstrap",
     "dpkg-scanpackages": "dpkg-dev",

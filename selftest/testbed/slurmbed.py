@@ -11,6 +11,7 @@ Non-default ports (16817/16818), so a machine's own Slurm is never touched.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import shutil
 import signal
@@ -140,11 +141,25 @@ def cgroup_mounts() -> str:
     return "mountpoint -q /sys/fs/cgroup || { " + " && ".join(steps or ["true"]) + "; }"
 
 
-def _kill(pid_file: Path) -> None:
+def _stop(pid_file: Path, within_s: float = 15) -> None:
+    """SIGTERM a daemon and wait until it has exited, so the bed's teardown reaps it (it is
+    our adopted child: we are the subreaper) instead of leaving a zombie behind."""
     try:
-        os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
+        pid = int(pid_file.read_text().strip())
+        os.kill(pid, signal.SIGTERM)
     except (OSError, ValueError):
-        pass
+        return
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return
+        if state in "ZX":
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            return
+        time.sleep(0.1)
 
 
 @contextmanager
@@ -175,6 +190,6 @@ def cluster(bed: bedlib.Bed, names: dict[str, str], live: list[str]) -> Iterator
             slurm.wait_for(names[node], lambda seen: seen[0] == "idle", 30)
         yield slurm
     finally:
-        _kill(Path(CTLD_DIR) / "slurmctld.pid")
-        _kill(Path(MUNGE_DIR) / "munged.pid")
+        _stop(Path(CTLD_DIR) / "slurmctld.pid")
+        _stop(Path(MUNGE_DIR) / "munged.pid")
         shutil.rmtree(SLURM_DIR, ignore_errors=True)
