@@ -84,7 +84,11 @@ def test_rtx3060_on_570_passes_recovery_action_and_driver_gate():
         (2, "NODE_REBOOT", "reboot"),
         (3, "DRAIN_P2P", "peer-to-peer"),
         (4, "DRAIN_AND_RESET", "drain the node"),
-        (5, "UNKNOWN(5)", "NVIDIA support"),
+        # every value nvidia-ml-py names (nvmlGpuRecoveryAction_t), then one newer than that
+        (5, "RECOVER_IMEX_DOMAIN", "recover the IMEX domain"),
+        (6, "BUS_RESET", "PCIe bus"),
+        (7, "SYSTEM_REBOOT", "whole system"),
+        (8, "UNKNOWN(8)", "NVIDIA support"),
     ],
 )
 def test_recovery_action_other_than_none_fails_naming_it(value, name, advice):
@@ -365,3 +369,17 @@ def test_idle_processes_judges_what_is_left_after_the_reclaim_wait():
     facts["gpus"][6]["processes"] = []
     result = run("idle_processes", facts, 6)
     assert result.status == "FAIL" and "20480 MiB GPU memory in use on an idle GPU" in result.text
+
+
+def test_every_recovery_action_nvidia_ml_py_names_is_named_and_judged():
+    """nvmlGpuRecoveryAction_t as the installed nvidia-ml-py defines it: a newer binding with a
+    value gpuhealth does not name fails this test (and the value drains meanwhile)."""
+    import pynvml
+
+    from gpuhealth.families.gpu.checks import RECOVERY
+    from gpuhealth.families.gpu.schema import RECOVERY_ACTIONS
+
+    prefix = "NVML_GPU_RECOVERY_ACTION_"
+    named = {v: k[len(prefix) :] for k, v in vars(pynvml).items() if k.startswith(prefix)}
+    assert named == RECOVERY_ACTIONS
+    assert set(RECOVERY) == set(named) - {0}

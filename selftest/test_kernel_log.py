@@ -662,3 +662,93 @@ def test_a_log_without_usable_timestamps_is_judged_whole():
 def test_an_impossible_timestamp_is_no_timestamp_never_a_crash(line):
     with pytest.raises(ParseError, match="line 1: not a kernel log line"):
         parser.parse(line + "\n")
+
+
+# ---------------------------------------------------------------- Blackwell: XIDs 144-154
+
+GB200 = DATA / "gpud_kmsgtest_gb200_xid149_154.log"
+GB200_BUSES = ("00000009:01:00.0", "00000008:01:00.0", "00000018:01:00.0", "00000019:01:00.0")
+
+
+def gb200_facts(text: str) -> dict[str, Any]:
+    """A 4-GPU tray in PCI domains 0009/0008/0018/0019 with `text` as its kernel log."""
+    facts = healthy_h100()
+    facts["gpus"] = facts["gpus"][:4]
+    for gpu, bus in zip(facts["gpus"], GB200_BUSES, strict=True):
+        gpu["pci_bus_id"] = bus
+    facts["gpu_count"] = 4
+    facts["kernel_log"] = live(evidence.kernel_log_evidence(text)["kernel_log"])
+    return facts
+
+
+def test_gb200_nvlink5_and_recovery_xids_are_read_for_what_they_say():
+    section = parser.summarise(parser.parse(GB200.read_text())["events"])
+    groups = {(g["bus_id"], g["code"]): g for g in section["counts"]}
+    assert groups[("00000009:01:00.0", 149)]["count"] == 3
+    assert groups[("00000009:01:00.0", 149)]["fatal"] is True
+    assert groups[("00000008:01:00.0", 149)]["count"] == 2
+    # XID 154: the action each GPU's latest change left pending
+    assert {bus: groups[(bus, 154)]["recovery"] for bus in GB200_BUSES} == {
+        "00000009:01:00.0": 4,  # 0x0 (None) -> 0x4 (Drain and Reset)
+        "00000008:01:00.0": 1,  # 0x4 -> 0x1 (GPU Reset Required)
+        "00000018:01:00.0": 1,
+        "00000019:01:00.0": 1,
+    }
+
+
+def test_gb200_log_fails_each_gpu_with_its_pending_recovery_action():
+    facts = gb200_facts(GB200.read_text())
+    results = [judge("xid_errors", facts, index) for index in range(4)]
+    assert [r.status for r in results] == ["FAIL"] * 4
+    gpu0 = results[0].text  # 0009: fatal NVLink5 links and Drain and Reset pending
+    assert "Xid 149 (NVLink5 error) x3" in gpu0
+    assert "Xid 154 (GPU recovery action changed, pending DRAIN_AND_RESET (4)) x1" in gpu0
+    assert results[0].action == "REBOOT_NODE"  # the fatal NVLink5 error ranks first
+    gpu2 = results[2].text  # 0018: only a reset left to do
+    assert "Xid 154 (GPU recovery action changed, pending GPU_RESET (1))" in gpu2
+    assert results[2].action == "RESET_GPU" and "reset the GPU" in results[2].advice
+
+
+def test_nonfatal_nvlink5_xids_warn_and_a_recovery_back_to_none_warns():
+    text = (
+        "[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Nonfatal   XC0 i0 "
+        "Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)\n"
+        "[171167.621162] NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 "
+        "(None) to 0x1 (GPU Reset Required)\n"
+        "[171169.000000] NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x1 "
+        "(GPU Reset Required) to 0x0 (None)\n"
+    )
+    result = judge("xid_errors", gb200_facts(text), 0)
+    assert result.status == "WARN", result.text
+    assert "Xid 149 (NVLink5 error, Nonfatal) x1" in result.text
+    assert "Xid 154 (GPU recovery action changed, back to NONE) x2" in result.text
+
+
+@pytest.mark.parametrize(
+    ("line", "status"),
+    [
+        # no severity word on an NVLink5 XID: unknown is never harmless
+        ("149, NETIR_LINK_EVT XC0 i0 Link 01 (0x0)", "FAIL"),
+        # an unreadable recovery change: the XID table's verdict stands
+        ("154, GPU recovery action changed somehow", "FAIL"),
+        # a recovery action newer than gpuhealth's table drains
+        ("154, GPU recovery action changed from 0x0 (None) to 0x9 (Something New)", "FAIL"),
+    ],
+)
+def test_blackwell_xid_lines_that_cannot_be_read_fully_fail(line, status):
+    text = f"[171167.620236] NVRM: Xid (PCI:0009:01:00): {line}\n"
+    assert judge("xid_errors", gb200_facts(text), 0).status == status
+
+
+def test_triage_of_the_gb200_log_drains_and_resets():
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuhealth.cli", "triage", str(GB200), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["verdict"] == "FAIL"
+    failed = [f for f in doc["findings"] if f["status"] == "FAIL"]
+    assert any("pending DRAIN_AND_RESET (4)" in f["message"] for f in failed), failed

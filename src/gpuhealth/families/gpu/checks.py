@@ -172,8 +172,10 @@ def persistence_mode(node: NodeView) -> Result:
 
 # ---------------------------------------------------------------- GPU checks
 
-# NVML recovery action -> (action code, advice). Unknown values drain: the driver wants something.
-_RECOVERY = {
+# NVML recovery action (nvmlGpuRecoveryAction_t, every value nvidia-ml-py names) -> (action
+# code, advice). Unknown values drain: the driver wants something. The kernel-log checks judge
+# XID 154's transitions by the same table.
+RECOVERY = {
     1: (Action.RESET_GPU, "drain the node's jobs, then reset the GPU (nvidia-smi -r -i INDEX)"),
     2: (Action.REBOOT_NODE, "drain and reboot the node"),
     3: (
@@ -181,7 +183,15 @@ _RECOVERY = {
         "drain peer-to-peer traffic (stop multi-GPU jobs), then reset the GPU",
     ),
     4: (Action.RESET_GPU, "drain the node, then reset the GPU; RMA if it recurs"),
+    5: (
+        Action.DRAIN,
+        "drain the NVLink domain's jobs and recover the IMEX domain (restart nvidia-imex on "
+        "its nodes); reset the GPU if that does not clear it",
+    ),
+    6: (Action.RESET_GPU, "drain the node, then reset the GPU's PCIe bus (or reboot)"),
+    7: (Action.REBOOT_NODE, "drain and reboot the whole system (every tray of the node)"),
 }
+UNKNOWN_RECOVERY = (Action.DRAIN, "drain the node and ask NVIDIA support what it means")
 
 
 @CHECKS.gpu("recovery_action", "errors")
@@ -193,9 +203,7 @@ def recovery_action(node: NodeView, gpu: dict[str, Any]) -> Result:
     if value == 0:
         return passed("recovery action NONE")
     name = recovery_action_name(value)
-    action, advice = _RECOVERY.get(
-        value, (Action.DRAIN, "drain the node and ask NVIDIA support what it means")
-    )
+    action, advice = RECOVERY.get(value, UNKNOWN_RECOVERY)
     return failed(f"GPU recovery action is {name} ({value}), expected NONE", action, advice)
 
 

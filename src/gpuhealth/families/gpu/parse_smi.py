@@ -279,6 +279,7 @@ RECOVERY_ACTION_NAMES: Dict[str, int] = {
     "drainp2p": 3,
     "drainandreset": 4,
     "drainp2pandreset": 4,
+    "gpuresetrequired": 1,  # XID 154's words for 0x1
 }
 for _value, _name in RECOVERY_ACTIONS.items():
     RECOVERY_ACTION_NAMES.setdefault(norm(_name), _value)

@@ -26,6 +26,9 @@ RECOVERY_ACTIONS = {
     2: "NODE_REBOOT",
     3: "DRAIN_P2P",
     4: "DRAIN_AND_RESET",
+    5: "RECOVER_IMEX_DOMAIN",
+    6: "BUS_RESET",
+    7: "SYSTEM_REBOOT",
 }
 
 GPU_KEYS = (

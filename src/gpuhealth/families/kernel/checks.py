@@ -15,6 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from gpuhealth.checks import CheckSet, NodeView, StopCheck, detail, need, require_nvidia, section
+from gpuhealth.families.gpu.checks import RECOVERY, UNKNOWN_RECOVERY
+from gpuhealth.families.gpu.schema import recovery_action_name
 from gpuhealth.families.kernel.limits import KernelLimits
 from gpuhealth.families.kernel.parse_kernel_log import epoch, stamp
 from gpuhealth.results import Action, Result, Status, failed, passed, skipped
@@ -191,10 +193,29 @@ def _judge(found: list[Found], window: _Window, clean: str) -> Result:
     return Result(worst, f"{window.words()}: {texts}", action, "; ".join(advice))
 
 
+def _group_rule(group: dict[str, Any]) -> Rule:
+    """The XID table's rule, as the lines themselves refine it: an NVLink5 XID (144-150) that
+    says Nonfatal warns; XID 154 is judged by the recovery action its latest change left."""
+    status, meaning, action, advice = _xid_rule(group["code"])
+    if group.get("fatal") is False and group["code"] in range(144, 151):
+        return WARN, f"{meaning}, Nonfatal", Action.INSPECT, advice
+    if group["code"] == 154 and "recovery" in group:
+        pending = group["recovery"]
+        if pending == 0:
+            return WARN, f"{meaning}, back to NONE", Action.INSPECT, "watch for the XID again"
+        if pending is not None:
+            action, advice = RECOVERY.get(pending, UNKNOWN_RECOVERY)
+            name = recovery_action_name(pending)
+            return FAIL, f"{meaning}, pending {name} ({pending})", action, advice
+    return status, meaning, action, advice
+
+
 def _xid_findings(groups: list[dict[str, Any]], where: str = "") -> list[Found]:
     found: list[Found] = []
-    for group in sorted(groups, key=lambda g: (_xid_rule(g["code"])[0] != FAIL, g["code"])):
-        status, meaning, action, advice = _xid_rule(group["code"])
+    rules = [(group, _group_rule(group)) for group in groups]
+    for group, (status, meaning, action, advice) in sorted(
+        rules, key=lambda pair: (pair[1][0] != FAIL, pair[0]["code"])
+    ):
         label = f"Xid {group['code']} ({meaning}){where.format(bus=group['bus_id'])}"
         found.append((status, _describe(group, label), action, advice))
     return found

@@ -64,6 +64,13 @@ _XID_RE = re.compile(
     r"(\d{1,18})(?!\d)"
     r"(?:, pid=([^,]*), name=([^,]*))?(?:, ?(.*))?"
 )
+# NVLink5 XIDs (Blackwell) carry their own severity word: "149, NETIR_LINK_EVT  Fatal ...".
+_NVLINK5_XIDS = range(144, 151)
+_SEVERITY_RE = re.compile(r"\b(Fatal|Non-?fatal)\b", re.IGNORECASE)
+# XID 154: "GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)".
+_RECOVERY_RE = re.compile(
+    r"recovery action changed from (0x[0-9A-Fa-f]{1,8}) .{0,60}?to (0x[0-9A-Fa-f]{1,8})"
+)
 _SXID_RE = re.compile(
     r"(nvidia-nvswitch\d+): SXid \(PCI:([0-9A-Fa-f:.]+)\): (\d{1,18}), (Fatal|Non-fatal), ?(.*)"
 )
@@ -212,14 +219,26 @@ def _event(message: str) -> Optional[Dict[str, Any]]:
         bus, code, pid, name, text = match.groups()
         pid = (pid or "").strip("'")
         name = (name or "").strip()
-        return {
+        event = {
             "kind": "xid",
             "bus_id": bus_id(bus),
             "code": int(code),
             "pid": int(pid) if re.fullmatch(r"[0-9]{1,10}", pid) else None,
             "process": name if name and name != "<unknown>" else None,
             "text": (text or "").strip(),
-        }
+        }  # type: Dict[str, Any]
+        if event["code"] in _NVLINK5_XIDS:
+            word = _SEVERITY_RE.search(event["text"])
+            # Without its word the line is judged as fatal: unknown is never harmless.
+            event["fatal"] = word is None or word.group(1).lower() == "fatal"
+        elif event["code"] == 154:
+            change = _RECOVERY_RE.search(event["text"])
+            if change:
+                event["recovery"] = {
+                    "from": int(change.group(1), 16),
+                    "to": int(change.group(2), 16),
+                }
+        return event
     match = _SXID_RE.search(message)
     if match:
         device, bus, code, severity, text = match.groups()
@@ -419,6 +438,9 @@ def summarise(
         if group["count"] == 1 or last is None or (moment is not None and moment >= last):
             group["last"], group["last_uptime_s"] = event["time"], event["uptime_s"]
             spans[key][1] = moment
+            if event["kind"] == "xid" and event.get("code") == 154:
+                # the action the latest change left pending (None: that line was unreadable)
+                group["recovery"] = (event.get("recovery") or {}).get("to")
         if moment is not None and first is not None and moment < first:
             group["first"], group["first_uptime_s"] = event["time"], event["uptime_s"]
             group["sample"] = event["text"]
