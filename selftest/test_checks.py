@@ -383,3 +383,17 @@ def test_every_recovery_action_nvidia_ml_py_names_is_named_and_judged():
     named = {v: k[len(prefix) :] for k, v in vars(pynvml).items() if k.startswith(prefix)}
     assert named == RECOVERY_ACTIONS
     assert set(RECOVERY) == set(named) - {0}
+
+
+def test_a_section_the_probe_failed_to_read_fails_but_one_older_facts_lack_is_not_evaluated():
+    """None: this probe tried and failed (a failure). Missing key: the facts come from a probe
+    older than the family (judged offline): not evaluated, never a pass."""
+    facts = healthy_h100()
+    facts["storage"] = None
+    failed_read = run("storage_paths", facts)
+    assert failed_read.status == "FAIL"
+    assert "the probe returned no storage data" in failed_read.text
+    del facts["storage"]
+    older = run("storage_paths", facts)
+    assert older.status == "SKIP"
+    assert "these facts have no storage section (collected by probe" in older.text

@@ -302,6 +302,14 @@ def _missing_section(node: NodeView, chk: Check) -> Result:
         for e in node.facts.get("errors") or []
         if isinstance(e, dict) and e.get("probe") == name
     ]
+    if name not in node.facts and not errors:
+        # Every probe writes every section it knows (None when it failed): a section missing
+        # altogether means facts from a probe older than the family, judged offline.
+        version = node.facts.get("probe_version") or "unknown"
+        return skipped(
+            f"not evaluated: these facts have no {name} section (collected by probe "
+            f"{version}, before that family existed); collect them again to judge it"
+        )
     why = f": {'; '.join(errors)}" if errors else ""
     return failed(
         f"the probe returned no {name} data{why}",
