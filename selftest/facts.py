@@ -158,6 +158,7 @@ def healthy_h100() -> dict[str, Any]:
     # DCGM and GPUd are not installed on this node: their probes record that and read nothing.
     facts.update(probe("dcgm")[0])
     facts.update(probe("gpud")[0])
+    facts.update(probe("imex")[0])  # nor is the node in an IMEX domain
     return facts
 
 
@@ -179,6 +180,8 @@ BASELINE_SKIPS = {
     "dcgm_health": "DCGM not expected",
     "gpud_health": "GPUd not expected",
     "gpud_events": "GPUd not expected",
+    "imex_service": "IMEX not required here (imex_required: false",
+    "imex_domain": "IMEX not required here (imex_required: false",
 }
 
 

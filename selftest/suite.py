@@ -120,3 +120,19 @@ def fake_tool(folder: Path, name: str, body: str) -> Path:
     path.write_text("#!/bin/sh\n" + body)
     path.chmod(0o755)
     return path
+
+
+class ToolPath:
+    """A PATH holding only the stand-in tools a test writes, so absent ones are missing."""
+
+    def __init__(self, folder: Path, monkeypatch: Any) -> None:
+        self.folder = folder
+        folder.mkdir()
+        monkeypatch.setenv("PATH", str(folder))
+
+    def add(self, name: str, body: str) -> Path:
+        """A shell script `name` with `body`, executable, on that PATH."""
+        path = self.folder / name
+        path.write_text("#!/bin/sh\n" + body)
+        path.chmod(0o755)
+        return path

@@ -32,6 +32,7 @@ from gpuhealth.families.dcgm import parse_dcgm
 from gpuhealth.families.fabric import parse_fi_info, parse_rdma
 from gpuhealth.families.gpu import parse_nvlink, parse_smi_text, parse_smi_xml
 from gpuhealth.families.gpud import parse_gpud
+from gpuhealth.families.imex import parse_imex_ctl
 from gpuhealth.families.kernel import parse_kernel_log
 from gpuhealth.families.nccl import parse_nccl_tests
 from gpuhealth.families.storage import parse_mounts
@@ -148,6 +149,7 @@ TARGETS: dict[str, tuple[list[str], Callable[[str], None], bool]] = {
     ),
     "dcgmi health": (texts("dcgm/*health*.json"), parses_or_refuses(parse_dcgm.parse_health), True),
     "gpud": (texts("gpud/*.json"), parses_or_refuses(_gpud), True),
+    "nvidia-imex-ctl -N": (texts("imex/*.txt"), parses_or_refuses(parse_imex_ctl.parse), False),
 }
 
 
@@ -214,6 +216,22 @@ def _on_gpu2(text: str, old: str, new: str) -> str:
     return text[:start] + block.replace(old, new, 1) + text[end:]
 
 
+def _imex_node_down() -> str:
+    """The 18-node IMEX domain with node #5 down, as IMEX shows a peer whose daemon is gone:
+    UNAVAILABLE, and I for every connection to and from it."""
+    text = (DATA / "imex/imex-ctl-N-p6e-gb200-18node-awsparallelcluster.txt").read_text()
+    text = text.replace("172.31.50.44    - READY      ", "172.31.50.44    - UNAVAILABLE")
+    lines = text.splitlines(keepends=True)
+    top = next(i for i, line in enumerate(lines) if "Nodes From\\To" in line) + 1
+    for row in range(18):
+        cells = lines[top + row].split()
+        cells[1 + 5] = "I"
+        if row == 5:
+            cells[1:] = ["I"] * 18
+        lines[top + row] = f"{cells[0]:>8}        " + "   ".join(cells[1:]) + "\n"
+    return "".join(lines)
+
+
 def _faults() -> dict[str, tuple[str, tuple[str, ...], str, str | None]]:
     """name -> (evidence with one fault, triage arguments, the check that fails on it, and
     for a kernel log the text of the fault's line, which mutations may spoil but not delete:
@@ -256,6 +274,7 @@ def _faults() -> dict[str, tuple[str, tuple[str, ...], str, str | None]]:
             "nccl_data_integrity",
             None,
         ),
+        "imex-node-not-ready": (_imex_node_down(), (), "imex_domain", None),
         "gpud-unhealthy": (
             (DATA / "gpud/gpud_docs_v1_states_xid74_unhealthy_element.json").read_text(),
             (),

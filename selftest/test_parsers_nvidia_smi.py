@@ -368,13 +368,16 @@ def test_recovery_action_strings_xml_and_text(printed, value):
 
 def test_unknown_recovery_action_is_error():
     xml = read(ADA).replace(
-        "<gpu_recovery_action>None<", "<gpu_recovery_action>Recover IMEX Domain<"
+        "<gpu_recovery_action>None<", "<gpu_recovery_action>Recalibrate Flux Capacitor<"
     )
     gpu = nvidia_smi_xml.parse(xml)["gpus"][0]
     assert gpu["unavailable"]["recovery_action"]["kind"] == "error"
-    assert "Recover IMEX Domain" in gpu["unavailable"]["recovery_action"]["detail"]
+    assert "Recalibrate Flux Capacitor" in gpu["unavailable"]["recovery_action"]["detail"]
     with pytest.raises(ValueError):
-        recovery_action_value("Recover IMEX Domain")
+        recovery_action_value("Recalibrate Flux Capacitor")
+    # the newer values nvidia-ml-py names are read by their names
+    assert recovery_action_value("Recover IMEX Domain") == 5
+    assert recovery_action_value("Bus Reset") == 6
 
 
 def test_ecc_parity_and_secded_are_summed():

@@ -48,7 +48,8 @@ REQUIRED_SCENARIOS = (
 )
 QUIRKS = {
     "extends": "healthy-h100x8",
-    "fn": {"nvmlDeviceGetTemperatureV": "ERROR:13"},  # a library too old for it: fall back
+    # A library too old for these: the collector falls back to the older calls.
+    "fn": {"nvmlDeviceGetTemperatureV": "ERROR:13", "nvmlDeviceGetGpuFabricInfoV": "ERROR:13"},
     "gpu": {
         0: {"serial": "NOT_SUPPORTED", "nvlink": {5: 0}},
         1: {"handle": "ERROR:15"},  # GPU is lost

@@ -37,7 +37,7 @@ from selftest.facts import (
     probe_config,
     write_facts,
 )
-from selftest.suite import run_suite
+from selftest.suite import ToolPath, run_suite
 
 DATA = Path(__file__).parent / "data" / "system"
 TREE = DATA / "hgx-h100-2socket"
@@ -58,18 +58,8 @@ ONLY_SYSTEM = ("-k", " or ".join(SYSTEM_CHECKS))  # suite runs limited to this f
 # ---------------------------------------------------------------- stand-in tools
 
 
-class Tools:
-    """A PATH holding only the stand-in tools a test writes, so absent ones are missing."""
-
-    def __init__(self, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.folder = folder
-        folder.mkdir()
-        monkeypatch.setenv("PATH", str(folder))
-
-    def add(self, name: str, body: str) -> None:
-        path = self.folder / name
-        path.write_text("#!/bin/sh\n" + body)
-        path.chmod(0o755)
+class Tools(ToolPath):
+    """The stand-in tools of this family's tests."""
 
     def numactl(self, sample: Path = NUMACTL_2NODE) -> None:
         self.add("numactl", f'[ "$1" = --hardware ] && exec /bin/cat {sample}\nexit 2\n')

@@ -34,6 +34,13 @@
  *     nvlink.count (18; 0 = PCIe-only board)  nvlink.<link> (1 = up)
  *     processes ("pid:used_mib,pid:used_mib", none)
  *     recovery_action (0; NOT_SUPPORTED when driver_version is older than r570, which added it)
+ *     fabric.state (3 COMPLETED: 1 NOT_STARTED, 2 IN_PROGRESS, 0 = no NVLink fabric)
+ *     fabric.status (0, the nvmlReturn_t of the GPU's fabric registration, e.g. 23)
+ *     fabric.clique_id (0)  fabric.cluster_uuid (00000000-0000-0000-0000-000000000000)
+ *     fabric.health_mask (0: no condition reported, as on Hopper; 0xaa: the four 2-bit
+ *       conditions FALSE)  fabric.health_summary (0 NOT_SUPPORTED, 1 HEALTHY, 2 UNHEALTHY)
+ *   fabric_info_version           3: the newest nvmlGpuFabricInfo struct the driver takes in
+ *                                 nvmlDeviceGetGpuFabricInfoV (2: a driver without the summary)
  *
  * Any value may instead be NOT_SUPPORTED (the call returns NVML_ERROR_NOT_SUPPORTED),
  * ERROR:<code> (that nvmlReturn_t) or HANG (the call never returns). Without a readable
@@ -79,6 +86,9 @@ enum {
 #define MARGIN_TEMPERATURE_V1 0x1000008
 #define LOCATION_DRAM 2
 #define LOCATION_SRAM 7
+#define GPU_FABRIC_INFO_V2 0x2000024 /* nvmlGpuFabricInfo_v2: sizeof 36, version 2 */
+#define GPU_FABRIC_INFO_V3 0x3000028 /* nvmlGpuFabricInfo_v3: sizeof 40, version 3 */
+#define GPU_FABRIC_UUID_LEN 16
 
 /* Layouts as in pynvml 13.615.71 (nvmlPciInfo_t, c_nvmlMemory_t, c_nvmlFieldValue_t, ...). */
 typedef struct fake_device { int index; } *nvmlDevice_t;
@@ -96,6 +106,20 @@ typedef struct {
     unsigned long long usedGpuMemory;
     unsigned int gpuInstanceId, computeInstanceId;
 } nvmlProcessInfo_t;
+typedef struct { /* nvmlDeviceGetGpuFabricInfo's (c_nvmlGpuFabricInfo_t) */
+    unsigned char clusterUuid[GPU_FABRIC_UUID_LEN];
+    nvmlReturn_t status;
+    unsigned int cliqueId, state;
+} nvmlGpuFabricInfo_t;
+typedef struct { /* c_nvmlGpuFabricInfo_v3_t; v2 ends before healthSummary */
+    unsigned int version;
+    unsigned char clusterUuid[GPU_FABRIC_UUID_LEN];
+    nvmlReturn_t status;
+    unsigned int cliqueId, state, healthMask;
+    unsigned char healthSummary;
+} nvmlGpuFabricInfoV_t;
+_Static_assert(sizeof(nvmlGpuFabricInfo_t) == 28, "c_nvmlGpuFabricInfo_t layout");
+_Static_assert(sizeof(nvmlGpuFabricInfoV_t) == (GPU_FABRIC_INFO_V3 & 0xffff), "v3 layout");
 typedef union {
     double dVal;
     unsigned int uiVal;
@@ -694,6 +718,66 @@ nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t dev, unsigned int link, unsig
         return NVML_ERROR_INVALID_ARGUMENT;
     snprintf(key, sizeof key, "nvlink.%u", link);
     return gpu_uint(dev->index, key, "1", active);
+}
+
+/* ---- NVLink fabric --------------------------------------------------------------------- */
+
+/* What both fabric calls report: registration state and status, clique, cluster UUID. */
+static nvmlReturn_t fabric_common(int gpu, unsigned char *uuid, nvmlReturn_t *status,
+                                  unsigned int *clique, unsigned int *state)
+{
+    char text[64];
+    const char *digit = text;
+    unsigned int code;
+
+    TRY(gpu_uint(gpu, "fabric.state", "3", state));
+    TRY(gpu_uint(gpu, "fabric.status", "0", &code));
+    *status = (nvmlReturn_t)code;
+    TRY(gpu_uint(gpu, "fabric.clique_id", "0", clique));
+    TRY(gpu_str(gpu, "fabric.cluster_uuid", "00000000-0000-0000-0000-000000000000", text,
+                sizeof text));
+    for (int i = 0; i < GPU_FABRIC_UUID_LEN; i++) { /* 32 hex digits, dashes anywhere */
+        unsigned int byte;
+        while (*digit == '-')
+            digit++;
+        if (!isxdigit((unsigned char)digit[0]) || !isxdigit((unsigned char)digit[1]) ||
+            sscanf(digit, "%2x", &byte) != 1)
+            return NVML_ERROR_UNKNOWN;
+        uuid[i] = (unsigned char)byte;
+        digit += 2;
+    }
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t dev, nvmlGpuFabricInfoV_t *info)
+{
+    unsigned int newest, summary;
+
+    ENTER_DEVICE(dev);
+    if (!info)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    newest = (unsigned int)plain(lookup("fabric_info_version"), 3);
+    if (!(info->version == GPU_FABRIC_INFO_V3 && newest >= 3) &&
+        !(info->version == GPU_FABRIC_INFO_V2 && newest >= 2))
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    TRY(fabric_common(dev->index, info->clusterUuid, &info->status, &info->cliqueId,
+                      &info->state));
+    TRY(gpu_uint(dev->index, "fabric.health_mask", "0", &info->healthMask));
+    if (info->version == GPU_FABRIC_INFO_V3) { /* a v2 caller's struct ends before it */
+        TRY(gpu_uint(dev->index, "fabric.health_summary", "0", &summary));
+        info->healthSummary = (unsigned char)summary;
+    }
+    return NVML_SUCCESS;
+}
+
+/* Deprecated (no health), still the only fabric call of drivers older than the V call. */
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t dev, nvmlGpuFabricInfo_t *info)
+{
+    ENTER_DEVICE(dev);
+    if (!info)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return fabric_common(dev->index, info->clusterUuid, &info->status, &info->cliqueId,
+                         &info->state);
 }
 
 /* ---- processes, field values ----------------------------------------------------------- */

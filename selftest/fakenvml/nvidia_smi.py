@@ -51,6 +51,27 @@ CLOCK_EVENT_REASONS = (
     ("display_clocks_setting", 0x100),
 )
 RECOVERY_ACTIONS = {0: "None", 1: "Reset", 2: "Reboot", 3: "Drain P2P", 4: "Drain and Reset"}
+# NVML's GPU fabric info in nvidia-smi's words (nvmlGpuFabricState_t, the health summary, the
+# health mask's 2-bit conditions at their shifts and its 4-bit incorrect configuration at 8).
+FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}
+FABRIC_STATUSES = {0: "Success", 23: "Insufficient Resources"}
+FABRIC_SUMMARIES = {1: "Healthy", 2: "Unhealthy", 3: "Limited Capacity"}
+FABRIC_CONDITIONS = (
+    ("bandwidth", 0, "Degraded", "Full"),
+    ("route_recovery_in_progress", 2, "True", "False"),
+    ("route_unhealthy", 4, "True", "False"),
+    ("access_timeout_recovery", 6, "True", "False"),
+)
+FABRIC_CONFIGURATIONS = {
+    1: "None",
+    2: "Incorrect SysGUID",
+    3: "Incorrect Chassis SN",
+    4: "No Partition",
+    5: "Insufficient NVLinks",
+    6: "Incompatible GPU Firmware",
+    7: "Invalid Location",
+    8: "GPU State Invalid",
+}
 SRAM, DRAM = 7, 2  # nvmlMemoryLocation_t
 CORRECTED, UNCORRECTED = 0, 1  # nvmlMemoryErrorType_t
 COUNTERS = (("volatile", 0), ("aggregate", 1))  # nvmlEccCounterType_t
@@ -102,6 +123,18 @@ class FieldValue(ctypes.Structure):
         ("valueType", ctypes.c_uint),
         ("nvmlReturn", ctypes.c_int),
         ("value", ctypes.c_ulonglong),
+    ]
+
+
+class FabricInfo(ctypes.Structure):  # nvmlGpuFabricInfo_v3_t
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("clusterUuid", ctypes.c_ubyte * 16),
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint),
+        ("state", ctypes.c_uint),
+        ("healthMask", ctypes.c_uint),
+        ("healthSummary", ctypes.c_ubyte),
     ]
 
 
@@ -276,6 +309,7 @@ def gpu_lines(nv: Nvml, dev: ctypes.c_void_p, driver_major: int) -> list[str]:
     limit = value(lambda: nv.uint("nvmlDeviceGetEnforcedPowerLimit", dev) / 1000, "{:.2f} W")
     power = [*element("power_draw", draw, 3), *element("current_power_limit", limit, 3)]
     out.extend(element("gpu_power_readings", power, 2))
+    out.extend(element("fabric", fabric_lines(nv, dev), 2))
     out.extend(process_lines(nv, dev))
     return [f'\t<gpu id="{escape(bus_id)}">', *out, "\t</gpu>"]
 
@@ -287,6 +321,34 @@ def recovery_action(nv: Nvml, dev: ctypes.c_void_p) -> str:
         raise NvmlError(field.nvmlReturn, nv.lib.nvmlErrorString(field.nvmlReturn).decode())
     action = field.value & 0xFFFFFFFF  # an unsigned int field
     return RECOVERY_ACTIONS.get(action, str(action))
+
+
+def fabric_lines(nv: Nvml, dev: ctypes.c_void_p) -> list[str]:
+    """The <fabric> block from nvmlDeviceGetGpuFabricInfoV (v3), N/A where NVML has no value."""
+    info = FabricInfo(version=0x3000028)
+    try:
+        nv.call("nvmlDeviceGetGpuFabricInfoV", dev, ctypes.byref(info))
+        failed = None if info.state else "N/A"  # NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
+    except NvmlError as exc:
+        failed = exc.text
+    uuid = bytes(info.clusterUuid).hex()
+    fields = {
+        "state": FABRIC_STATES.get(info.state, str(info.state)),
+        "status": FABRIC_STATUSES.get(info.status) or nv.lib.nvmlErrorString(info.status).decode(),
+        "cliqueId": str(info.cliqueId),
+        "clusterUuid": f"{uuid[:8]}-{uuid[8:12]}-{uuid[12:16]}-{uuid[16:20]}-{uuid[20:]}",
+    }
+    mask = info.healthMask
+    health = {"summary": FABRIC_SUMMARIES.get(info.healthSummary, "N/A")}
+    for tag, shift, true, false in FABRIC_CONDITIONS:
+        health[tag] = {1: true, 2: false}.get(mask >> shift & 0x3, "N/A")
+    health["incorrect_configuration"] = FABRIC_CONFIGURATIONS.get(mask >> 8 & 0xF, "N/A")
+    if failed is not None:
+        fields, health = dict.fromkeys(fields, failed), dict.fromkeys(health, failed)
+    return [
+        *(line for tag, text in fields.items() for line in element(tag, text, 3)),
+        *element("health", [line for t, v in health.items() for line in element(t, v, 4)], 3),
+    ]
 
 
 def ecc_lines(nv: Nvml, dev: ctypes.c_void_p, ecc_on: bool) -> list[str]:

@@ -46,8 +46,19 @@ def nvidia_smi(lib: Path, scenario_file: Path, *args: str) -> subprocess.Complet
     )
 
 
+def kinds_only(value: Any) -> Any:
+    """A nested record with its `unavailable` entries reduced to their kinds: NVML and
+    nvidia-smi explain the same gap in their own words."""
+    if not isinstance(value, dict):
+        return value
+    return {
+        k: {n: why["kind"] for n, why in v.items()} if k == "unavailable" else kinds_only(v)
+        for k, v in value.items()
+    }
+
+
 def comparable(gpu: dict[str, Any]) -> dict[str, Any]:
-    same = {k: v for k, v in gpu.items() if k not in NOT_IN_XML}
+    same = {k: kinds_only(v) for k, v in gpu.items() if k not in NOT_IN_XML}
     if same.get("clock_event_reasons"):
         same["clock_event_reasons"] = same["clock_event_reasons"]["active"]
     same["unavailable"] = {

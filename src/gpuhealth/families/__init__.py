@@ -6,9 +6,11 @@ Shipped to the nodes with the probe, which runs the families' `probe.py` in this
 # One line per family, in report order: adding a family is adding its folder and its name here.
 NAMES = (
     "gpu",
+    "nvfabric",
     "system",
     "storage",
     "fabric",
+    "imex",
     "kernel",
     "reclaim",
     "nccl",

@@ -5,12 +5,16 @@ that fails nulls only its own keys, with the reason. Node side: Python 3.6, the 
 library and, when importable, `pynvml`.
 """
 
+import ctypes
+import re
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from gpuhealth.facts import mark_unavailable
+from gpuhealth.families.gpu import parse_fabric
 from gpuhealth.families.gpu.schema import CLOCK_REASON_BITS, GPU_KEYS, new_driver, new_gpu
 from gpuhealth.probe.nvml import (
     MIB,
+    NVML_ERROR_FUNCTION_NOT_FOUND,
     NVML_ERROR_INVALID_ARGUMENT,
     NVML_ERROR_NOT_SUPPORTED,
     NVML_SUCCESS,
@@ -29,6 +33,9 @@ _COUNTERS = {"volatile": 0, "aggregate": 1}  # nvmlEccCounterType_t
 _LOCATIONS = {"sram": 7, "dram": 2}  # nvmlMemoryLocation_t
 _RETIREMENT_CAUSES = {"single_bit": 0, "double_bit": 1}  # nvmlPageRetirementCause_t
 _DEFAULT_MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS before nvidia-ml-py 13.610
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25  # a driver older than the struct version passed
+# nvmlDeviceGetGpuFabricInfoV structs, newest first: v3 adds the health summary to v2's mask.
+_FABRIC_STRUCTS = (("v3", "c_nvmlGpuFabricInfo_v3_t"), ("v2", "c_nvmlGpuFabricInfo_v2_t"))
 # nvmlValueType_t -> c_nvmlValue_t member: a field value is read as the type NVML says it has.
 _VALUE_MEMBERS = {
     0: "dVal",
@@ -136,6 +143,7 @@ class _GpuReader:
         self._clocks_and_power()
         self._pcie()
         self._nvlink()
+        self._fabric()
         self.read(
             self.gpu,
             "processes",
@@ -305,6 +313,84 @@ class _GpuReader:
             else:
                 links.append({"link": link, "up": state == 1})
         self.gpu["nvlink"] = links
+
+    def _fabric(self) -> None:
+        """The GPU's NVLink fabric: nvmlDeviceGetGpuFabricInfoV with the newest struct both
+        the bindings and the driver know, else the deprecated nvmlDeviceGetGpuFabricInfo
+        (no health) where the driver or the bindings lack the V call."""
+        nv = self.s.nv
+        structs = [(name, getattr(nv, cls)) for name, cls in _FABRIC_STRUCTS if hasattr(nv, cls)]
+        lacking = Unavailable(
+            "not_supported",
+            self.at("nvmlDeviceGetGpuFabricInfoV"),
+            "no nvmlGpuFabricInfo v2/v3 struct in the installed nvidia-ml-py",
+        )
+        refused: List[str] = []
+        for name, struct in structs:
+            info = struct()
+            label = self.at("nvmlDeviceGetGpuFabricInfoV", name)
+            try:
+                self.s.call(label, "nvmlDeviceGetGpuFabricInfoV", self.handle, ctypes.byref(info))
+            except Unavailable as why:
+                if why.code == NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+                    refused.append(name)  # a driver older than this struct: try the older one
+                    lacking = why
+                    continue
+                if why.code == NVML_ERROR_FUNCTION_NOT_FOUND or (
+                    why.code is None and why.kind == "not_supported"
+                ):
+                    lacking = why  # no V call in the driver or the bindings
+                    break
+                self.s.note(self.gpu, "fabric", why)
+                return
+            summary = info.healthSummary if name == "v3" else None
+            older = (
+                f"the driver refused {refused[0]}" if refused else "no newer one in nvidia-ml-py"
+            )
+            why_not = f"{label}: the {name} struct has no health summary ({older})"
+            self._store_fabric(info, label, info.healthMask, summary, why_not)
+            return
+        self._deprecated_fabric(lacking)
+
+    def _deprecated_fabric(self, lacking: Unavailable) -> None:
+        """nvmlDeviceGetGpuFabricInfo: state, status, clique and cluster, no health."""
+        label = self.at("nvmlDeviceGetGpuFabricInfo")
+        struct = getattr(self.s.nv, "c_nvmlGpuFabricInfo_t", None)
+        if struct is None:
+            self.s.note(self.gpu, "fabric", lacking)
+            return
+        info = struct()
+        try:
+            self.s.call(label, "nvmlDeviceGetGpuFabricInfo", self.handle, ctypes.byref(info))
+        except Unavailable as why:
+            if why.kind == "not_supported" and why.code != NVML_ERROR_NOT_SUPPORTED:
+                why = Unavailable(why.kind, why.call, f"{why.error}; {lacking.detail}", why.code)
+            self.s.note(self.gpu, "fabric", why)  # neither call there: say why for both
+            return
+        no_health = f"{label} reports no health ({lacking.detail})"
+        self._store_fabric(info, label, None, None, no_health)
+
+    def _store_fabric(
+        self, info: Any, label: str, mask: Optional[int], summary: Optional[int], why_not: str
+    ) -> None:
+        if info.state == parse_fabric.STATE_NOT_SUPPORTED:
+            why = Unavailable(
+                "not_supported", label, "fabric state NOT_SUPPORTED (no NVLink fabric)"
+            )
+            self.s.note(self.gpu, "fabric", why)
+            return
+        health = parse_fabric.decode_health(mask, summary, label, why_not)
+        self.gpu["fabric"] = parse_fabric.from_nvml(
+            info.state, self._status(info.status), info.cliqueId, list(info.clusterUuid), health
+        )
+
+    def _status(self, code: int) -> str:
+        """The fabric status (an nvmlReturn_t) in nvidia-smi's words: "Success",
+        "Insufficient Resources" (from pynvml's NVMLError_InsufficientResources)."""
+        if code == NVML_SUCCESS:
+            return "Success"
+        name = type(self.s.nv.NVMLError(code)).__name__.partition("_")[2]
+        return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name) or f"NVML error {code}"
 
     def _recovery_action(self) -> None:
         """Field 230 reports errors per value in nvmlReturn; the call itself still succeeds."""

@@ -12,16 +12,22 @@ Stdlib only: shipped to GPU nodes inside the probe.
 import re
 from typing import Any, Dict, List, Optional, Tuple, Union
 
+from gpuhealth.facts import mark_unavailable
+from gpuhealth.families.gpu import parse_fabric
 from gpuhealth.families.gpu.parse_smi import (
+    MAX_ATTACHED,
     PROBE_TEXT,
     RawGpu,
     Section,
     Unavailable,
     add_leaf,
     assemble,
+    convert,
     norm,
     pick,
+    to_pci_bus_id,
 )
+from gpuhealth.families.gpu.schema import GPU_KEYS, new_driver, new_gpu
 from gpuhealth.parsing import ParseError
 
 # "Key : Value": the key ends at the first whitespace before a colon. Found with a pattern of
@@ -275,6 +281,66 @@ def parse(text: str) -> Dict[str, Any]:
 
     raws = [_raw_gpu(node, bus_id) for node, bus_id in blocks]
     versions = (top("Driver Version"), top("CUDA Version"), top("Attached GPUs"))
-    return assemble(
-        PROBE_TEXT, raws, versions, Unavailable("absent", "not in nvidia-smi -q output")
-    )
+    missing = Unavailable("absent", "not in nvidia-smi -q output")
+    doc = assemble(PROBE_TEXT, raws, versions, missing)
+    fabrics = [_section(node, "Fabric") for node, _ in blocks]
+    parse_fabric.attach(doc["gpus"], fabrics, doc["gpu_count"], missing)
+    return doc
+
+
+# What a pasted `nvidia-smi -q | grep -A8 Fabric` leaves out: everything but the fabric, and
+# the last lines of a block that -A8 cut off.
+_FRAGMENT_MISSING = ("absent", "not in the pasted Fabric lines of nvidia-smi -q")
+
+
+def _fabric_blocks(node: _Node, found: List[Tuple[_Node, Optional[str]]], bus: List[str]) -> None:
+    """The `Fabric` blocks below node in document order, each with the bus id of a "GPU ..."
+    header the paste kept between it and the block before (`bus` carries it along)."""
+    for child in node.children:
+        header = _GPU_HEADER.match(child.key) if child.value is None else None
+        if header:
+            bus[:] = [header.group("bus")]
+        if norm(child.key) == "fabric" and child.value is None and child.child("State"):
+            found.append((child, bus.pop() if bus else None))
+        else:
+            _fabric_blocks(child, found, bus)
+
+
+def parse_fabric_fragment(text: str) -> Dict[str, Any]:
+    """Facts (driver, gpu_count, gpus, errors) from the `Fabric` blocks of `nvidia-smi -q`
+    pasted on their own (`nvidia-smi -q | grep -A8 Fabric`): one GPU per block, in order.
+
+    grep separates its groups with "--" and also matches "GPU Fabric GUID" lines, whose
+    context is no Fabric block: both are passed over. What the lines do not show is kind
+    `absent`. Raises ParseError when the text holds no Fabric block at all.
+    """
+    if not text.strip():
+        raise ParseError("line 1: empty input, expected the Fabric blocks of nvidia-smi -q")
+    kept = "\n".join("" if line.strip() == "--" else line for line in text.splitlines())
+    root, _ = _tree(kept)
+    found: List[Tuple[_Node, Optional[str]]] = []
+    _fabric_blocks(root, found, [])
+    if not found:
+        raise ParseError(
+            "no 'Fabric' block with a 'State : ...' line: not the Fabric lines of nvidia-smi -q"
+        )
+    if len(found) > MAX_ATTACHED:
+        raise ParseError(f"{len(found)} Fabric blocks: more GPUs than a node holds")
+    gpus = []
+    for index, (block, bus) in enumerate(found):
+        gpu = new_gpu(index)
+        bus_id, _ = convert(bus or "", to_pci_bus_id)
+        gpu["pci_bus_id"] = bus_id
+        for key in GPU_KEYS[1:]:
+            if key != "fabric" and gpu[key] is None:
+                mark_unavailable(gpu, key, *_FRAGMENT_MISSING)
+        fabric, why = parse_fabric.from_printed(_leaves(block), _FRAGMENT_MISSING)
+        if why is not None:
+            mark_unavailable(gpu, "fabric", why[0], why[1])
+        else:
+            gpu["fabric"] = fabric
+        gpus.append(gpu)
+    driver = new_driver(True)  # nvidia-smi answered
+    for key in ("version", "cuda_driver_version", "nvml_version"):
+        mark_unavailable(driver, key, *_FRAGMENT_MISSING)
+    return {"driver": driver, "gpu_count": None, "gpus": gpus, "errors": []}

@@ -13,6 +13,7 @@ import re
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 from xml.etree import ElementTree
 
+from gpuhealth.families.gpu import parse_fabric
 from gpuhealth.families.gpu.parse_smi import (
     PROBE_XML,
     RawGpu,
@@ -183,6 +184,10 @@ def parse(
     missing = Unavailable(
         "absent", "not in nvidia-smi -q -x output" + (f" (DTD {dtd.group(1)})" if dtd else "")
     )
-    raws = [_raw_gpu(elem) for elem in root.findall("gpu")]
+    elems = root.findall("gpu")
+    raws = [_raw_gpu(elem) for elem in elems]
     versions = (top("driver_version"), top("cuda_version"), top("attached_gpus"))
-    return assemble(PROBE_XML, raws, versions, missing)
+    doc = assemble(PROBE_XML, raws, versions, missing)
+    blocks = [_section(elem, "fabric") for elem in elems]
+    parse_fabric.attach(doc["gpus"], blocks, doc["gpu_count"], missing)
+    return doc

@@ -59,6 +59,7 @@ GPU_KEYS = (
     "utilization_gpu_pct",
     "pcie",
     "nvlink",
+    "fabric",
     "recovery_action",
     "processes",
 )

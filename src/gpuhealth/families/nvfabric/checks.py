@@ -1,0 +1,280 @@
+"""NVLink fabric checks: each GPU registered with its NVLink fabric and healthy there, and on
+multi-node NVLink platforms (GB200/GB300 NVL) every GPU of the node in one NVLink domain.
+
+They judge each GPU record's `fabric` (families/gpu/parse_fabric.py: NVML's GPU fabric info or
+nvidia-smi's `Fabric` block). Real faults often show in one part only (`State: Completed` with
+`Status: Insufficient Resources`, or `Health > Summary: Unhealthy`), so registration and health
+are judged apart, and no part that was not reported counts as healthy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuhealth.checks import CheckSet, NodeView, StopCheck, missing, need, require_nvidia
+from gpuhealth.facts import reason
+from gpuhealth.families.gpu.parse_fabric import HEALTH_KEYS, ZERO_UUID, faults
+from gpuhealth.families.nvfabric.limits import NvFabricLimits
+from gpuhealth.results import Action, Result, failed, passed, skipped, warned
+
+CHECKS = CheckSet("nvfabric")
+
+# Architectures whose drivers report no fabric health (every Health field N/A on an H100): an
+# unknown summary is normal there. On Blackwell and later it is not.
+_NO_HEALTH = {"Kepler", "Maxwell", "Pascal", "Volta", "Turing", "Ampere", "Ada Lovelace", "Hopper"}
+_FM = (
+    "the fabric manager (nvidia-fabricmanager on HGX boards; on GB200/GB300 the NVLink switch "
+    "trays' NMX fabric manager)"
+)
+_OLD_FACTS = (
+    "not evaluated: these facts predate the GPU fabric record (probe again with this gpuhealth)"
+)
+# A health condition -> what to do about it.
+_CONDITIONS = {
+    "bandwidth": (
+        Action.INSPECT,
+        "NVLink bandwidth is degraded, links are down: check `nvidia-smi nvlink -s`, then reseat "
+        "or replace the NVLink cables, cartridges or the tray",
+    ),
+    "route_recovery_in_progress": (
+        Action.DRAIN,
+        "the fabric is rerouting around a fault: keep jobs off the node, read the fabric manager "
+        "log, re-run once the recovery has ended",
+    ),
+    "route_unhealthy": (
+        Action.INSPECT,
+        "an NVLink route of this GPU is unhealthy: read the fabric manager log for it and check "
+        "the NVLink switch trays and cabling",
+    ),
+    "access_timeout_recovery": (
+        Action.RESET_GPU,
+        "the GPU is recovering from NVLink access timeouts: drain its jobs and reset the GPU; "
+        "inspect its links if it recurs",
+    ),
+    "incorrect_configuration": (
+        Action.FIX_CONFIG,
+        "the fabric finds the tray misconfigured (the value says what: SysGUID, chassis serial, "
+        "partition, NVLinks, GPU firmware, location): correct it in the rack's fabric manager, "
+        "then reset the GPU",
+    ),
+}
+# Which unknown weighs most: a failed read, then unsupported, then not in the evidence.
+_WORST = {"error": 0, "timeout": 0, "not_supported": 1, "absent": 2}
+_SUMMARY_ONLY = (
+    Action.INSPECT,
+    "read `nvidia-smi -q` (Fabric > Health) and the fabric manager log for this GPU",
+)
+
+
+def _multinode(node: NodeView) -> bool:
+    return node.limits.get(NvFabricLimits).nvlink_multinode
+
+
+def _fabric(node: NodeView, gpu: dict[str, Any]) -> dict[str, Any]:
+    """The GPU's fabric record, or stop: no fabric is a skip, except where the profile says
+    the GPUs are in a multi-node NVLink domain."""
+    if "fabric" not in gpu:
+        raise StopCheck(skipped(_OLD_FACTS))
+    fabric = gpu["fabric"]
+    if fabric is None:
+        why = reason(gpu, "fabric")
+        if why["kind"] == "not_supported" and _multinode(node):
+            raise StopCheck(
+                failed(
+                    f"no NVLink fabric info ({why['detail']}), but the profile says multi-node "
+                    "NVLink (nvlink_multinode: true)",
+                    Action.FIX_CONFIG,
+                    "update the driver until `nvidia-smi -q` shows a Fabric block with State "
+                    "Completed; if the node is in no multi-node NVLink rack, set "
+                    "nvlink_multinode: false",
+                )
+            )
+        raise StopCheck(missing(gpu, "fabric", "NVLink fabric info"))
+    if not isinstance(fabric, dict):
+        raise StopCheck(
+            failed(
+                f"the GPU's fabric record is not an object ({type(fabric).__name__})",
+                Action.RERUN,
+                "re-collect the facts with this gpuhealth",
+            )
+        )
+    return fabric
+
+
+@CHECKS.gpu("nvlink_fabric_state", "nvlink")
+def nvlink_fabric_state(node: NodeView, gpu: dict[str, Any]) -> Result:
+    """The GPU registered with its NVLink fabric: state Completed and status Success."""
+    fabric = _fabric(node, gpu)
+    state = need(fabric, "state", "NVLink fabric state")
+    if state == "Not Started":
+        return failed(
+            "NVLink fabric state Not Started, expected Completed",
+            Action.FIX_CONFIG,
+            f"start {_FM} and read its log (/var/log/fabricmanager.log on HGX), then reset the "
+            "GPU or reboot the node",
+        )
+    if state == "In Progress":
+        return failed(
+            "NVLink fabric state In Progress, expected Completed",
+            Action.RERUN,
+            "the GPU is still registering with the fabric (after a driver load or GPU reset): "
+            f"re-run in a few minutes; if it stays In Progress, check {_FM}",
+        )
+    if state != "Completed":
+        return failed(
+            f"NVLink fabric state {state!r}, expected Completed",
+            Action.INSPECT,
+            f"read the Fabric block of `nvidia-smi -q` and the log of {_FM}",
+        )
+    status = need(fabric, "status", "NVLink fabric status")
+    if status != "Success":
+        return failed(
+            f"NVLink fabric state Completed but status {status}, expected Success",
+            Action.RESET_GPU,
+            "the GPU's registration with the fabric failed: read the fabric manager log for this "
+            "GPU, reset it (nvidia-smi -r) or reboot so it registers again; if it fails again, "
+            "inspect the NVLink trays and cabling",
+        )
+    return passed("NVLink fabric state Completed, status Success")
+
+
+def _unread(record: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
+    """The keys of `record` whose value could not be read (not merely unsupported)."""
+    return [
+        key
+        for key in keys
+        if record.get(key) is None and reason(record, key)["kind"] in ("error", "timeout")
+    ]
+
+
+@CHECKS.gpu("nvlink_fabric_health", "nvlink")
+def nvlink_fabric_health(node: NodeView, gpu: dict[str, Any]) -> Result:
+    """Fabric health Healthy, and none of its conditions: degraded bandwidth, route recovery,
+    unhealthy route, access-timeout recovery, incorrect configuration."""
+    fabric = _fabric(node, gpu)
+    health = fabric.get("health")
+    if health is not None and not isinstance(health, dict):
+        return failed(
+            f"the fabric health record is not an object ({type(health).__name__})",
+            Action.RERUN,
+            "re-collect the facts with this gpuhealth",
+        )
+    found = faults(health)
+    summary = (health or {}).get("summary")
+    if found or summary not in (None, "Healthy"):
+        what = ", ".join(text for _, text in found)
+        causes = [_CONDITIONS[key] for key, _ in found] or [_SUMMARY_ONLY]
+        action = min((code for code, _ in causes), key=lambda code: code.rank)
+        advice = "; ".join(dict.fromkeys(text for _, text in causes))
+        shown = summary or "summary not reported"
+        return failed(
+            f"NVLink fabric health {shown}{': ' + what if what else ''}, expected Healthy with "
+            "no condition",
+            action,
+            advice,
+        )
+    unread = _unread(health, HEALTH_KEYS) if health else _unread(fabric, ("health",))
+    if unread:
+        where, key = (health, unread[0]) if health else (fabric, "health")
+        return failed(
+            f"could not read the NVLink fabric health ({', '.join(unread)}): "
+            f"{reason(where, key)['detail']}",
+            Action.RERUN,
+            "re-run; if it persists, check the driver (`nvidia-smi -q`, Fabric > Health)",
+        )
+    if summary == "Healthy":
+        unknown = [key for key in HEALTH_KEYS[1:] if health is not None and health.get(key) is None]
+        note = f" ({', '.join(unknown)} not reported)" if unknown else ""
+        return passed(f"NVLink fabric health Healthy, no condition{note}")
+    why = reason(health, "summary") if health else reason(fabric, "health")
+    arch = gpu.get("architecture")
+    if arch in _NO_HEALTH:
+        return passed(
+            f"{arch} GPUs report no fabric health ({why['detail']}); their registration is "
+            "judged by nvlink_fabric_state"
+        )
+    if why["kind"] == "absent" and node.from_evidence:
+        return skipped(f"not evaluated: the evidence holds no fabric health ({why['detail']})")
+    known = [key for key in HEALTH_KEYS[1:] if (health or {}).get(key) is not None]
+    seen = "the conditions reported are clear" if known else "no condition reported either"
+    return warned(
+        f"NVLink fabric health summary not reported on a {arch or 'unknown architecture'} GPU "
+        f"({why['detail']}); {seen}",
+        Action.FIX_CONFIG,
+        "Blackwell drivers report the fabric health (`nvidia-smi -q`: Fabric > Health > "
+        "Summary): update the driver, then re-run",
+    )
+
+
+def _names(indices: list[int]) -> str:
+    return ", ".join(f"gpu{index}" for index in indices)
+
+
+@CHECKS.node("nvlink_clique", "nvlink")
+def nvlink_clique(node: NodeView) -> Result:
+    """On multi-node NVLink (GB200/GB300 NVL, nvlink_multinode) all GPUs of the node are in one
+    NVLink domain: the same non-zero clique id and cluster UUID."""
+    require_nvidia(node)
+    gpus = [g for g in node.facts.get("gpus") or [] if isinstance(g, dict)]
+    if any("fabric" not in g for g in gpus):
+        return skipped(_OLD_FACTS)
+    domains: dict[tuple[int, str], list[Any]] = {}
+    unknown: list[tuple[dict[str, Any], str, str]] = []  # (record, key, which GPU)
+    for gpu in gpus:
+        fabric = gpu["fabric"]
+        if not isinstance(fabric, dict):
+            unknown.append((gpu, "fabric", f"gpu{gpu.get('index')}"))
+            continue
+        clique, cluster = fabric.get("clique_id"), fabric.get("cluster_uuid")
+        for key, value, kind in (("clique_id", clique, int), ("cluster_uuid", cluster, str)):
+            if not isinstance(value, kind):  # null (with its reason), or not what facts hold
+                unknown.append((fabric, key, f"gpu{gpu.get('index')}"))
+        if isinstance(clique, int) and isinstance(cluster, str):
+            domains.setdefault((clique, cluster), []).append(gpu.get("index"))
+    shown = "; ".join(
+        f"{_names(indices)}: clique {clique}, cluster {cluster}"
+        for (clique, cluster), indices in domains.items()
+    )
+    if not _multinode(node):
+        return passed(
+            "single-node NVLink (nvlink_multinode: false), where clique 0 and a zero cluster "
+            f"UUID are normal: {shown or 'no clique or cluster UUID reported'}"
+        )
+    if not gpus:
+        return skipped("no GPU records to judge (see gpu_count)")
+    outside = [
+        index
+        for (clique, cluster), indices in domains.items()
+        if clique == 0 or cluster == ZERO_UUID
+        for index in indices
+    ]
+    unread = "; ".join(
+        f"{which} {key.replace('_', ' ')} unknown ({reason(record, key)['detail']})"
+        for record, key, which in unknown
+    )
+    if outside:
+        return failed(
+            f"not in an NVLink domain: {shown}"
+            + (f"; {unread}" if unread else "")
+            + "; expected one non-zero clique and cluster UUID (nvlink_multinode: true)",
+            Action.FIX_CONFIG,
+            "assign the tray to its rack's NVLink partition in the NVLink switch trays' fabric "
+            "manager (NMX), check IMEX, then reset the GPUs (or reboot); see also "
+            "nvlink_fabric_state",
+        )
+    if len(domains) > 1:
+        return failed(
+            f"GPUs of one node in different NVLink domains: {shown}"
+            + (f"; {unread}" if unread else "")
+            + "; expected one clique and cluster UUID for all",
+            Action.RESET_GPU,
+            "a GPU keeps its old clique until it is reset after a partition change: reset the "
+            "GPUs (or reboot); if they still differ, check the tray's partition in the fabric "
+            "manager",
+        )
+    if unknown:
+        worst = min(unknown, key=lambda item: _WORST[reason(item[0], item[1])["kind"]])
+        record, key, which = worst
+        return missing(record, key, f"the NVLink {key.replace('_', ' ')} of {which}", required=True)
+    ((clique, cluster),) = domains
+    return passed(f"all {len(gpus)} GPUs in NVLink clique {clique} of cluster {cluster}")
