@@ -75,13 +75,14 @@ def on_gpu(text: str, gpu: int, old: str, new: str) -> str:
 # ---------------------------------------------------------------- the real samples
 
 
-def test_gb200_sample_is_in_clique_2_of_its_cluster_and_passes(tmp_path):
-    facts = xml_facts(tmp_path, GB200.read_text())
-    assert facts["gpus"][0]["fabric"] == {
+def healthy_fabric(clique: int, cluster: str, config_gap: str) -> dict[str, Any]:
+    """A registered GPU's fabric record: Completed/Success in `clique` of `cluster`, healthy,
+    its incorrect-configuration field not reported (`config_gap` says by whom)."""
+    return {
         "state": "Completed",
         "status": "Success",
-        "clique_id": 2,
-        "cluster_uuid": PLACEHOLDER_UUID,
+        "clique_id": clique,
+        "cluster_uuid": cluster,
         "health": {
             "summary": "Healthy",
             "bandwidth": "Full",
@@ -90,11 +91,16 @@ def test_gb200_sample_is_in_clique_2_of_its_cluster_and_passes(tmp_path):
             "access_timeout_recovery": False,
             "incorrect_configuration": None,
             "unavailable": {
-                "incorrect_configuration": {"kind": "not_supported", "detail": "nvidia-smi: N/A"}
+                "incorrect_configuration": {"kind": "not_supported", "detail": config_gap}
             },
         },
         "unavailable": {},
     }
+
+
+def test_gb200_sample_is_in_clique_2_of_its_cluster_and_passes(tmp_path):
+    facts = xml_facts(tmp_path, GB200.read_text())
+    assert facts["gpus"][0]["fabric"] == healthy_fabric(2, PLACEHOLDER_UUID, "nvidia-smi: N/A")
     assert all(g["fabric"] == facts["gpus"][0]["fabric"] for g in facts["gpus"])
     found = fabric_findings(outcomes(facts, **MULTINODE))
     assert len(found) == 1 + 2 * 4
@@ -642,22 +648,7 @@ def test_nvml_reads_a_healthy_gb200_tray(nvml):
     assert [g["pci_bus_id"] for g in gpus] == list(TRAY_BUSES)
     assert {g["architecture"] for g in gpus} == {"Blackwell"}
     mask = "nvmlDeviceGetGpuFabricInfoV(gpu=1, v3): health mask 0xaa does not report it"
-    assert gpus[1]["fabric"] == {
-        "state": "Completed",
-        "status": "Success",
-        "clique_id": 32766,
-        "cluster_uuid": "3143b15b-c2cd-192b-28cc-9b5473fb5b93",
-        "health": {
-            "summary": "Healthy",
-            "bandwidth": "Full",
-            "route_recovery_in_progress": False,
-            "route_unhealthy": False,
-            "access_timeout_recovery": False,
-            "incorrect_configuration": None,
-            "unavailable": {"incorrect_configuration": {"kind": "not_supported", "detail": mask}},
-        },
-        "unavailable": {},
-    }
+    assert gpus[1]["fabric"] == healthy_fabric(32766, "3143b15b-c2cd-192b-28cc-9b5473fb5b93", mask)
     assert unexplained_nulls(gpus) == []
 
 

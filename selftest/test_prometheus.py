@@ -83,6 +83,13 @@ def value(found: Series, name: str, **labels: str) -> float:
     return found[(name, frozenset(labels.items()))]
 
 
+def run_info(found: Any, mode: str) -> float:
+    """gpuhealth_run_info of a quick-level run in `mode`, with this gpuhealth's version."""
+    return value(
+        found, "gpuhealth_run_info", mode=mode, level="quick", version=prometheus._version()
+    )
+
+
 def named(found: Series, name: str) -> dict[frozenset[tuple[str, str]], float]:
     return {labels: v for (n, labels), v in found.items() if n == name}
 
@@ -331,16 +338,7 @@ def test_node_check_whose_probe_failed_fails_closed(tmp_path):
     assert not [name for name, _ in found if name.startswith("gpuhealth_gpu_")]
     assert value(found, "gpuhealth_run_duration_seconds") == 2.5
     assert abs(value(found, "gpuhealth_last_run_timestamp_seconds") - (time.time() - 0.5)) < 5
-    assert (
-        value(
-            found,
-            "gpuhealth_run_info",
-            mode="node-check",
-            level="quick",
-            version=prometheus._version(),
-        )
-        == 1
-    )
+    assert run_info(found, "node-check") == 1
 
 
 # ---------------------------------------------------------------- a real scrape
@@ -461,16 +459,7 @@ def test_node_check_textfile_through_node_exporter(
     found = scraped(exporter)
     assert one_hot(found, host) == verdict
     assert failing(found, host) == fails
-    assert (
-        value(
-            found,
-            "gpuhealth_run_info",
-            mode="node-check",
-            level="quick",
-            version=prometheus._version(),
-        )
-        == 1
-    )
+    assert run_info(found, "node-check") == 1
     assert value(found, "gpuhealth_run_complete") == 1
     assert abs(value(found, "gpuhealth_last_run_timestamp_seconds") - time.time()) < 60
     assert 0 < value(found, "gpuhealth_run_duration_seconds") < 60
@@ -536,12 +525,7 @@ def test_suite_textfile_through_node_exporter_without_history(exporter, tmp_path
     assert len(temps) == 16
     ports = named(found, "gpuhealth_ib_symbol_errors_total")
     assert ports and {dict(k)["host"] for k in ports} == {"n1"}
-    assert (
-        value(
-            found, "gpuhealth_run_info", mode="suite", level="quick", version=prometheus._version()
-        )
-        == 1
-    )
+    assert run_info(found, "suite") == 1
     assert value(found, "gpuhealth_run_complete") == 1
     assert "Prometheus textfile not written" not in run.output
 
