@@ -190,6 +190,7 @@ def test_truncated_h100_text():
     assert kind(gpu, "ecc") == "error"
     assert kind(gpu, "remapped_rows") == "error"
     assert kind(gpu, "processes") == "error"
+    assert kind(gpu, "fabric") == "error"  # parse_fabric.attach: the same cut as assemble's
     assert kind(gpu, "recovery_action") == "not_supported"
 
 

@@ -15,7 +15,14 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from gpuhealth.facts import mark_unavailable
-from gpuhealth.families.gpu.parse_smi import convert, norm, to_bool, to_count
+from gpuhealth.families.gpu.parse_smi import (
+    Unavailable,
+    convert,
+    missing_reason,
+    norm,
+    to_bool,
+    to_count,
+)
 
 FABRIC_KEYS = ("state", "status", "clique_id", "cluster_uuid", "health")
 HEALTH_KEYS = (
@@ -292,18 +299,12 @@ def attach(
     gpus: List[Dict[str, Any]],
     blocks: List[Optional[Union[Dict[str, str], str]]],
     attached: Optional[int],
-    missing: Reason,
+    missing: Unavailable,
 ) -> None:
     """Set each GPU's `fabric` from its printed block (same order). As for every other field,
     the last GPU of output cut short (fewer GPUs than `attached`) lacks it for an error."""
-    cut = attached is not None and len(blocks) < attached
     for position, (gpu, block) in enumerate(zip(gpus, blocks)):
-        gone = missing
-        if cut and position == len(blocks) - 1:
-            gone = (
-                "error",
-                f"output truncated (attached {attached}, parsed {len(blocks)}) before this field",
-            )
+        gone = missing_reason(position, len(blocks), attached, missing)
         fabric, why = from_printed(block, gone)
         if why is not None:
             mark_unavailable(gpu, "fabric", why[0], why[1])

@@ -821,6 +821,18 @@ def count_errors(probe: str, attached: Optional[int], parsed: int) -> List[Dict[
     return [{"probe": probe, "error": f"{what}: attached {attached}, parsed {parsed}"}]
 
 
+def missing_reason(
+    index: int, parsed: int, attached: Optional[int], missing: Unavailable
+) -> Unavailable:
+    """Why a field GPU section `index` (of `parsed`) lacks is null: `missing` (not printed), but
+    an error in the last section of output cut short (fewer sections than `attached`)."""
+    if attached is not None and parsed < attached and index == parsed - 1:
+        return Unavailable(
+            "error", f"output truncated (attached {attached}, parsed {parsed}) before this field"
+        )
+    return missing
+
+
 def assemble(
     probe: str,
     raws: List[RawGpu],
@@ -836,13 +848,9 @@ def assemble(
     driver_version, cuda, attached = versions
     gpu_count = attached_count(attached)
     errors = count_errors(probe, gpu_count, len(raws))
-    cut = Unavailable(
-        "error", f"output truncated (attached {gpu_count}, parsed {len(raws)}) before this field"
-    )
-    truncated = gpu_count is not None and len(raws) < gpu_count
     gpus = []
     for index, raw in enumerate(raws):
-        gone = cut if truncated and index == len(raws) - 1 else missing
+        gone = missing_reason(index, len(raws), gpu_count, missing)
         gpu, notes = build_gpu(index, raw, driver_version=driver_version, missing=gone)
         gpus.append(gpu)
         errors.extend({"probe": probe, "error": f"GPU {index}: {note}"} for note in notes)
