@@ -246,6 +246,18 @@ def test_busbw_drop_waits_for_enough_good_runs(nights):
     assert ok.status is Status.PASS  # 7.7 % below: within the 10 %
 
 
+def test_a_dcgm_result_with_no_earlier_value_is_said_not_judged(nights):
+    for night in range(3):
+        nights.remember(with_nccl(healthy(), 476.5), T0 + night * DAY)
+    now = with_nccl(healthy(), 470.0)
+    result = {"gpus": [1], "entity": None, "status": "Pass"}
+    now["dcgm"] = {"error": None, "diag": {"tests": [{"name": "Memory", "results": [result]}]}}
+    found = nights.judge("load_regression", now, T0 + 3 * DAY)
+    assert found.status is Status.PASS  # the busbw was judged ...
+    # ... and the GPU's DCGM results, first seen now, are named as not judged.
+    assert "not judged: failed DCGM diagnostic results: no earlier value" in found.text
+
+
 def test_a_driver_change_restarts_the_baselines_and_is_named(nights):
     for night in range(3):
         nights.remember(with_nccl(healthy(), 476.5), T0 + night * DAY)

@@ -14,9 +14,10 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import takewhile
 from typing import Any
 
-from gpuhealth.checks import CheckSet, NodeView, StopCheck, gpu_label, section
+from gpuhealth.checks import HISTORY_SECTION, CheckSet, NodeView, StopCheck, gpu_label, section
 from gpuhealth.families.history import metrics
 from gpuhealth.families.history.limits import HistoryLimits
 from gpuhealth.families.history.metrics import KERNEL_LOG_UNTIL, Metric, Values
@@ -90,11 +91,22 @@ class Judgement:
 
 def _history(node: NodeView, needed: bool = False) -> tuple[dict[str, Any], list[Sample]]:
     """The section and its samples; with `needed`, stop with a SKIP when there are none."""
-    record = section(node, "history")
+    record = section(node, HISTORY_SECTION)
     runs = [s for s in record.get("runs") or [] if isinstance(s, dict)]
     if needed and not runs:
         raise StopCheck(skipped("no baseline yet (0 runs)"))
     return record, runs
+
+
+def _now(record: dict[str, Any]) -> float:
+    """The time the rules judge at: the section's `now` (the run's), else the clock's."""
+    return float(record.get("now") or time.time())
+
+
+def _entry(sample: Sample, values: Values) -> tuple[float, Values, bool]:
+    """One earlier run's values, as a Past holds them (a PASS or WARN run counts for
+    baselines)."""
+    return float(sample["at"]), values, sample.get("verdict") in ("PASS", "WARN")
 
 
 def judge_counter(
@@ -278,27 +290,27 @@ def _gpu_past(runs: list[Sample], node: NodeView, key: str, vbios: Any, until_ch
             seen = (sample.get("gpus") or {}).get(index, {}).get("vbios")
             if not same(sample) or (vbios and seen and seen != vbios):
                 break
-        good = sample.get("verdict") in ("PASS", "WARN")
-        past.append((float(sample["at"]), (sample.get("gpu") or {}).get(index, {}), good))
+        past.append(_entry(sample, (sample.get("gpu") or {}).get(index, {})))
     return past
 
 
 def _node_past(runs: list[Sample], node: NodeView, until_change: bool) -> Past:
-    past: Past = []
-    same = _same_epoch(node)
-    for sample in runs:
-        if until_change and not same(sample):
-            break
-        good = sample.get("verdict") in ("PASS", "WARN")
-        past.append((float(sample["at"]), sample.get("node") or {}, good))
-    return past
+    """The node's earlier values, newest first; with `until_change`, only since its driver or
+    firmware last changed."""
+    kept = takewhile(_same_epoch(node), runs) if until_change else runs
+    return [_entry(sample, sample.get("node") or {}) for sample in kept]
 
 
 def _judge_gpu_values(
-    node: NodeView, gpu: dict[str, Any], runs: list[Sample], current: Values, out: Judgement
+    node: NodeView,
+    gpu: dict[str, Any],
+    record: dict[str, Any],
+    runs: list[Sample],
+    current: Values,
+    out: Judgement,
 ) -> None:
     lim = node.limits.get(HistoryLimits)
-    now = float(node.facts["history"].get("now") or time.time())
+    now = _now(record)
     key = metrics.gpu_key(gpu)
     if key is None:
         out.unjudged.append(f"gpu{gpu['index']} has no serial or UUID to find its history by")
@@ -319,7 +331,7 @@ def gpu_regression(node: NodeView, gpu: dict[str, Any]) -> Result:
     out = Judgement(gpu_label(node.host, index, gpu), index, "gpu_regression")
     key = metrics.gpu_key(gpu)
     out.notes = _gpu_notes(runs, gpu, key)
-    _judge_gpu_values(node, gpu, runs, metrics.gpu_values(gpu), out)
+    _judge_gpu_values(node, gpu, record, runs, metrics.gpu_values(gpu), out)
     mine = sum(1 for sample in runs if key is not None and _index_of(sample, key) is not None)
     return out.result(str(record.get("policy")), mine)
 
@@ -381,13 +393,11 @@ def node_regression(node: NodeView) -> Result:
     out = Judgement(node.host, None, "node_regression")
     out.notes = _node_notes(runs, node)
     _judge_xids(node, runs, out)
-    lim = node.limits.get(HistoryLimits)
-    now = float(record.get("now") or time.time())
     judge_values(
         metrics.node_values(node.facts),
         _node_past(runs, node, False),
-        lim,
-        now,
+        node.limits.get(HistoryLimits),
+        _now(record),
         out,
         lambda name: name.startswith("ib."),
     )
@@ -401,14 +411,14 @@ def load_regression(node: NodeView) -> Result:
     """Single-node NCCL busbw near the node's baseline; no GPU newly fails DCGM's diagnostic."""
     record, runs = _history(node, needed=True)
     out = Judgement(node.host, None, "load_regression")
-    lim = node.limits.get(HistoryLimits)
-    now = float(record.get("now") or time.time())
     nccl = node.facts.get("nccl")
     reference = node.limits.get(NcclLimits).nccl_reference_size_bytes
     busbw = metrics.nccl_values(nccl, reference) if isinstance(nccl, dict) else {}
     if isinstance(nccl, dict) and not busbw:
         out.unjudged.append("busbw: not measured this run (see nccl_bandwidth)")
-    judge_values(busbw, _node_past(runs, node, True), lim, now, out)
+    judge_values(
+        busbw, _node_past(runs, node, True), node.limits.get(HistoryLimits), _now(record), out
+    )
     dcgm = node.facts.get("dcgm")
     per_gpu = metrics.dcgm_values(dcgm) if isinstance(dcgm, dict) else {}
     for index, values in sorted(per_gpu.items()):
@@ -416,9 +426,11 @@ def load_regression(node: NodeView) -> Result:
         if gpu is None:
             continue
         mine = Judgement(gpu_label(node.host, index, gpu), index, "load_regression")
-        _judge_gpu_values(node, gpu, runs, values, mine)
+        _judge_gpu_values(node, gpu, record, runs, values, mine)
         out.regressions += mine.regressions
         out.advice += [a for a in mine.advice if a not in out.advice]
+        # What a GPU could not be judged on stays said: a PASS covers only what was judged.
+        out.unjudged += [text for text in mine.unjudged if text not in out.unjudged]
         out.judged += mine.judged
     if not per_gpu and isinstance(dcgm, dict):
         out.unjudged.append("DCGM: no per-GPU results this run (see dcgm_diag)")
