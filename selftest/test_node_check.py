@@ -170,6 +170,8 @@ def test_the_plan_drains_fails_resumes_its_own_and_leaves_others_alone():
     assert "n5: WARN, kept drained" in text
     assert "n6: FAIL, left alone: already down* by someone else (Not responding)" in text
     assert "n7: FAIL, but Slurm has no node n7" in text
+    # ... and it fails the command: a node to drain that Slurm does not know keeps its jobs.
+    assert slurm.lost(run, {h: h for h in run.nodes}, slurm.parse_sinfo(SINFO)) == ["n7"]
 
 
 def test_an_incomplete_run_never_resumes():
@@ -186,6 +188,7 @@ def test_inventory_names_map_to_slurm_names():
     assert [(c.node, c.host) for c in changes] == [("n2", "dgx-gpu3")]
     assert slurm.node_name("node7.cluster.local", {}) == "node7.cluster.local"
     assert slurm.node_name("node7", {"slurm_node_name": "gpu007"}) == "gpu007"
+    assert slurm.node_name("node7", {"slurm_node_name": ""}) == "node7"
 
 
 @pytest.mark.parametrize(

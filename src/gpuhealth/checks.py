@@ -194,11 +194,17 @@ def missing(record: Record | None, key: str, what: str, required: bool = False) 
 _WORST = {"error": 0, "timeout": 0, "not_supported": 1, "absent": 2}
 
 
+def null_rank(record: Record | None, key: str) -> int:
+    """How much record[key]'s null weighs (0 most), to pick the one several unknowns are
+    judged by."""
+    return _WORST[reason(record, key)["kind"]]
+
+
 def missing_any(
     record: Record | None, keys: list[str], what: str, required: bool = False
 ) -> Result:
     """`missing` for several null keys of one record, judged by the worst reason among them."""
-    worst = min(keys, key=lambda key: _WORST[reason(record, key)["kind"]])
+    worst = min(keys, key=lambda key: null_rank(record, key))
     return missing(record, worst, what, required)
 
 

@@ -101,9 +101,7 @@ class LocalVerdict:
 
     def headline(self) -> str:
         """One line: the verdict and its first reason (NPD's message, a drain reason)."""
-        first = self.verdict.reasons[0] if self.verdict.reasons else ""
-        more = len(self.verdict.reasons) - 1
-        return f"{self.verdict.verdict}: {first}" + (f" (+{more} more)" if more > 0 else "")
+        return reporting.headline(self.verdict.verdict, self.verdict.reasons)
 
 
 def run_local_probe(config: dict[str, Any], python: str, timeout_s: float) -> dict[str, Any]:

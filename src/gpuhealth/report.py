@@ -338,17 +338,20 @@ class FleetSummary:
         if self.worst:
             named = [
                 f"{v.host} {v.verdict} {v.actions[0] if v.actions else ''}".strip()
-                for v in self.worst[:top]
+                for v in self.worst
             ]
-            more = f" (+{len(self.worst) - top} more)" if len(self.worst) > top else ""
-            pairs.append(("worst nodes", "; ".join(named) + more))
+            pairs.append(("worst nodes", _first(named, top)))
         if self.checks:
-            more = f" (+{len(self.checks) - top} more)" if len(self.checks) > top else ""
-            pairs.append(("failed checks", "; ".join(self.checks[:top]) + more))
+            pairs.append(("failed checks", _first(self.checks, top)))
         if self.regressions:
-            more = f" (+{len(self.regressions) - top} more)" if len(self.regressions) > top else ""
-            pairs.append(("regressions", "; ".join(self.regressions[:top]) + more))
+            pairs.append(("regressions", _first(self.regressions, top)))
         return pairs
+
+
+def _first(items: list[str], top: int) -> str:
+    """The first `top` of `items` on one line, and how many more there are."""
+    more = f" (+{len(items) - top} more)" if len(items) > top else ""
+    return "; ".join(items[:top]) + more
 
 
 def overview_html(verdicts: list[NodeVerdict], title: str) -> str:

@@ -141,14 +141,11 @@ def offline_targets(folder: Path, profiles: ProfileSet, cli: dict[str, Any]) -> 
     files = sorted(folder.glob("*.json"))
     if not files:
         raise ConfigError(f"--facts {folder}: no *.json facts documents in it")
-    runner = _inventory_vars(cli.get("inventory"))
-    known = set(runner.get_hosts("all")) if runner is not None else set()
-    targets = []
-    for path in files:
-        name = path.stem
-        host_vars = runner.get_variables(name) if name in known else {}
-        targets.append(_target(name, host_vars, profiles, cli, facts_file=path))
-    return targets
+    found = host_vars_of(cli.get("inventory"), [path.stem for path in files])
+    return [
+        _target(path.stem, found.get(path.stem, {}), profiles, cli, facts_file=path)
+        for path in files
+    ]
 
 
 def host_vars_of(inventory: str | None, hosts: Iterable[str]) -> dict[str, dict[str, Any]]:

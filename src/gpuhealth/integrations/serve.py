@@ -195,7 +195,7 @@ class Verdicts:
             self._latest, self._failure, self._done_at = latest, failure, self._clock()
             self._changed.notify_all()
         if latest is not None:
-            said = latest.headline() if latest.verdict.reasons else latest.verdict.verdict
+            said = latest.headline()
             if said != self._said:  # a line per change, not per refresh
                 _log(f"verdict {said} (judged in {latest.duration_s:.1f} s)")
                 self._said = said

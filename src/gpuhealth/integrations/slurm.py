@@ -29,6 +29,7 @@ COMMAND_TIMEOUT_S = 20
 # sinfo's long state names that mean the node takes no new work.
 DRAINED = ("drain", "drained", "draining", "down", "fail", "failing")
 BAD = ("FAIL", "UNREACHABLE")  # the verdicts that drain a node
+NAME_VAR = "slurm_node_name"  # the inventory var naming a host's Slurm node
 
 
 class SlurmError(Exception):
@@ -121,8 +122,13 @@ def query(names: list[str] | None = None) -> dict[str, SlurmNode]:
 def node_name(host: str, host_vars: dict[str, Any]) -> str:
     """A host's Slurm name: inventory var `slurm_node_name`, else its inventory name (as
     `act slurm` maps them; slurmd tells node-check its own name: SLURMD_NODENAME)."""
-    value = host_vars.get("slurm_node_name")
-    return str(value) if value not in (None, "") else host
+    return runs.node_name(host, host_vars, NAME_VAR)
+
+
+def lost(run: runs.Run, names: dict[str, str], known: dict[str, SlurmNode]) -> list[str]:
+    """The hosts to drain that Slurm has no node for: they keep taking jobs, a mapping to fix
+    and never a success."""
+    return [h for h, s in run.nodes.items() if s.verdict in BAD and names[h] not in known]
 
 
 def plan(
@@ -178,7 +184,7 @@ def apply(changes: list[Change], say: Callable[[str], None] = print) -> int:
 def _act(args: argparse.Namespace) -> int:
     try:
         run = runs.load(args.verdicts)
-        names = runs.node_names(list(run.nodes), args.inventory, "slurm_node_name")
+        names = runs.node_names(list(run.nodes), args.inventory, NAME_VAR)
         known = query(sorted(set(names.values())))
     except (runs.VerdictsError, SlurmError, ConfigError) as exc:
         print(f"gpuhealth act slurm: {exc}")
@@ -187,15 +193,14 @@ def _act(args: argparse.Namespace) -> int:
     print(f"{run.title}: {len(run.nodes)} nodes, {len(changes)} changes")
     for note in notes:
         print(f"  {note}")
-    # A failed node Slurm does not know keeps taking jobs: a mapping to fix, never a success.
-    lost = [h for h, s in run.nodes.items() if s.verdict in BAD and names[h] not in known]
+    unmapped = lost(run, names, known)
     if not args.apply:
         for change in changes:
             print(f"would run: {change.shown()}    # {change.host}: {change.why}")
         if changes:
             print("dry run: nothing changed (--apply makes these changes)")
-        return 1 if lost else 0
-    return 1 if apply(changes) or lost else 0
+        return 1 if unmapped else 0
+    return 1 if apply(changes) or unmapped else 0
 
 
 def act_on_self(
@@ -214,7 +219,7 @@ def act_on_self(
     changes, notes = plan(run, {name: name}, known)
     for note in notes:
         say(f"slurm: {note}")
-    if name not in known and verdict.verdict in BAD:
+    if lost(run, {name: name}, known):
         return 1
     if not apply_changes:
         for change in changes:

@@ -111,16 +111,20 @@ def load(path: Path) -> Run:
     return Run(path, str(doc.get("generated_at") or "?"), doc.get("complete") is True, found)
 
 
+def node_name(host: str, host_vars: dict[str, Any], var: str) -> str:
+    """A host's name to a scheduler: its inventory var `var` (e.g. slurm_node_name) where set,
+    else its inventory name."""
+    value = host_vars.get(var)
+    return str(value) if value not in (None, "") else host
+
+
 def node_names(hosts: list[str], inventory: str | None, var: str) -> dict[str, str]:
     """Inventory name -> the scheduler's name for it: the host's `var` (e.g. slurm_node_name)
     where the inventory sets one, else the inventory name itself. Two hosts mapped to one
     node are a ConfigError: the second's verdict would undo the first's (a PASS untainting
     a FAIL)."""
     found = host_vars_of(inventory, hosts)
-    names: dict[str, str] = {}
-    for host in hosts:
-        value = found.get(host, {}).get(var)
-        names[host] = str(value) if value not in (None, "") else host
+    names = {host: node_name(host, found.get(host, {}), var) for host in hosts}
     by_name: dict[str, list[str]] = {}
     for host, name in names.items():
         by_name.setdefault(name, []).append(host)
