@@ -427,6 +427,16 @@ def test_no_fabric_on_a_multinode_profile_fails(tmp_path):
     assert single[("nvlink_fabric_state", 1)].status is Status.SKIP
 
 
+def test_single_node_nvlink_with_no_clique_reported_is_not_passed(tmp_path):
+    text = GB200.read_text()
+    for index in range(4):
+        text = on_gpu(text, index, "<state>Completed<", "<state>N/A<")
+    found = outcomes(xml_facts(tmp_path, text), "b200")
+    clique = found[("nvlink_clique", None)]
+    assert clique.status is Status.SKIP, clique.text
+    assert "no GPU reported a clique and cluster UUID" in clique.text
+
+
 # ---------------------------------------------------------------- pasted `grep -A8 Fabric`
 
 

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhealth.checks import CheckSet, NodeView, StopCheck, missing, need, require_nvidia
+from gpuhealth.checks import (
+    CheckSet,
+    NodeView,
+    StopCheck,
+    missing,
+    need,
+    null_rank,
+    require_nvidia,
+)
 from gpuhealth.facts import reason
 from gpuhealth.families.gpu.parse_fabric import HEALTH_KEYS, ZERO_UUID, faults
 from gpuhealth.families.nvfabric.limits import NvFabricLimits
@@ -58,8 +66,6 @@ _CONDITIONS = {
         "then reset the GPU",
     ),
 }
-# Which unknown weighs most: a failed read, then unsupported, then not in the evidence.
-_WORST = {"error": 0, "timeout": 0, "not_supported": 1, "absent": 2}
 _SUMMARY_ONLY = (
     Action.INSPECT,
     "read `nvidia-smi -q` (Fabric > Health) and the fabric manager log for this GPU",
@@ -236,9 +242,14 @@ def nvlink_clique(node: NodeView) -> Result:
         for (clique, cluster), indices in domains.items()
     )
     if not _multinode(node):
+        if not domains:  # nothing reported: nothing vouches for the node's NVLink domain
+            return skipped(
+                "single-node NVLink (nvlink_multinode: false) and no GPU reported a clique "
+                "and cluster UUID: nothing to compare"
+            )
         return passed(
             "single-node NVLink (nvlink_multinode: false), where clique 0 and a zero cluster "
-            f"UUID are normal: {shown or 'no clique or cluster UUID reported'}"
+            f"UUID are normal: {shown}"
         )
     if not gpus:
         return skipped("no GPU records to judge (see gpu_count)")
@@ -273,8 +284,7 @@ def nvlink_clique(node: NodeView) -> Result:
             "manager",
         )
     if unknown:
-        worst = min(unknown, key=lambda item: _WORST[reason(item[0], item[1])["kind"]])
-        record, key, which = worst
+        record, key, which = min(unknown, key=lambda item: null_rank(item[0], item[1]))
         return missing(record, key, f"the NVLink {key.replace('_', ' ')} of {which}", required=True)
     ((clique, cluster),) = domains
     return passed(f"all {len(gpus)} GPUs in NVLink clique {clique} of cluster {cluster}")
