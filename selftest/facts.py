@@ -171,7 +171,8 @@ def write_facts(folder: Path, **docs: dict[str, Any]) -> Path:
 
 
 # Checks that rightly skip on the healthy baseline, and why: it is an H100 (row remapping, not
-# page retirement) with no fabric, no storage paths, no DCGM/GPUd, judged without load tests.
+# page retirement) with no fabric, no storage paths, no DCGM/GPUd, judged without load tests;
+# its nvidia-smi text sample predates the Fabric block, so no GPU reports a clique.
 BASELINE_SKIPS = {
     "retired_pages": "not supported",
     "memlock_limit": "no minimum (fabric none",
@@ -182,6 +183,7 @@ BASELINE_SKIPS = {
     "gpud_events": "GPUd not expected",
     "imex_service": "IMEX not required here (imex_required: false",
     "imex_domain": "IMEX not required here (imex_required: false",
+    "nvlink_clique": "no GPU reported a clique and cluster UUID",
 }
 
 
