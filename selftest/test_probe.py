@@ -14,7 +14,7 @@ import pytest
 import testinfra
 
 from gpuhealth.facts import SCHEMA_VERSION
-from gpuhealth.transport import ProbeError, parse_output, probe_command, run_probe
+from gpuhealth.transport import ProbeError, compact, parse_output, probe_command, run_probe
 from selftest.facts import judge, probe_config
 from selftest.fakenvml import load_scenario, nvml_env, write_scenario
 from selftest.suite import fake_tool, shell
@@ -36,10 +36,30 @@ def test_bundle_runs_without_gpuhealth_installed(bare_python):
 
 def test_command_is_one_argument_with_room_to_grow():
     """sshd runs the command as one `sh -c` argument, and Linux caps one argument at
-    MAX_ARG_STRLEN (128 KiB). This trips at three quarters of it (75.6 KB in November 2026),
-    while there is still room: then send the payload on stdin instead of in the command."""
+    MAX_ARG_STRLEN (128 KiB). The modules travel compacted (66 KB in November 2026, 98 KB
+    before); this trips at three quarters of the limit, while there is still room: then send
+    the payload on stdin instead of in the command."""
     command = probe_command(probe_config())
     assert len(command) < 0.75 * 128 * 1024, f"probe command {len(command)} bytes"
+
+
+def test_compacting_keeps_the_code_and_its_strings():
+    """Docstrings, comment lines and blank lines go; code, a body that was only a docstring,
+    and the lines of a string that spans lines (blank or '#' ones too) stay."""
+    source = (
+        '"""Module doc."""\n\n# a comment\nimport os\n\n\ndef f():\n    """Only a doc."""\n\n\n'
+        'def g(x):\n    """Doc\n\n    more."""\n    text = """a\n\n# not a comment\n"""\n'
+        '    return x  # kept\n\n\nclass C: """one line"""\n'
+    )
+    small = compact(source)
+    namespace: dict = {}
+    exec(compile(small, "<compact>", "exec"), namespace)
+    assert namespace["f"]() is None
+    assert namespace["g"](3) == 3
+    assert 'text = """a\n\n# not a comment\n"""' in small
+    assert "Module doc" not in small and "\n# a comment" not in small
+    assert "Only a doc" not in small
+    assert "return x  # kept" in small and 'class C: """one line"""' in small
 
 
 def test_falls_back_to_nvidia_smi_xml(tmp_path, bare_python):

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuhealth.facts import reason
+from gpuhealth.facts import IDLE, IN_USE, NODE_STATES, reason
 from gpuhealth.results import Action, Result, Status, failed, skipped
 
 if TYPE_CHECKING:
@@ -50,11 +50,29 @@ GROUP_RANKS = {
 
 @dataclass(frozen=True)
 class NodeView:
-    """Everything a check may look at for one host: its facts and its resolved limits."""
+    """Everything a check may look at for one host: its facts, its resolved limits and the
+    node state it is judged in (`state`; by default the state the probe decided, see
+    `node_state`)."""
 
     host: str
     facts: Record
     limits: Profile
+    state: str | None = None
+
+    @property
+    def node_state(self) -> str:
+        """`idle` or `in-use`: the given state, else the facts' `node_state.state`, else idle
+        (facts from before node states, and a malformed record, get the strictest rules)."""
+        if self.state is not None:
+            return self.state
+        record = self.facts.get("node_state")
+        found = record.get("state") if isinstance(record, dict) else None
+        return found if found in NODE_STATES else IDLE
+
+    @property
+    def in_use(self) -> bool:
+        """A job owns the GPUs: only fault rules apply."""
+        return self.node_state == IN_USE
 
     @property
     def expected_gpus(self) -> int | None:
@@ -100,6 +118,8 @@ class Check:
     saved evidence did not capture it (not evaluated) or the live probe failed to (a failure).
     `level` above "quick" marks a load test: its section comes from a run at that level.
     `group` is the report group (Allure suite) and ranks the check's findings in a verdict.
+    `in_use` says whether it is judged on a node a job is using: fault rules are, rules that
+    need an idle node (stray processes, idle temperature, load tests) are skipped there.
     """
 
     name: str
@@ -111,6 +131,7 @@ class Check:
     fn: CheckFn
     section: str
     level: str
+    in_use: bool
 
     @property
     def rank(self) -> int:
@@ -130,30 +151,40 @@ class CheckSet:
         scope: str,
         name: str,
         group: str,
+        in_use: bool,
         severity: str = "critical",
         section: str = "gpus",
         level: str = "quick",
     ) -> Callable[[CheckFn], CheckFn]:
         if group not in GROUP_RANKS:
             raise ValueError(f"check {name}: unknown group {group!r}")
+        if level != "quick" and in_use:
+            raise ValueError(f"check {name}: a load test ({level}) never runs on a node in use")
 
         def wrap(fn: CheckFn) -> CheckFn:
             summary = (fn.__doc__ or name).strip().splitlines()[0]
             self.checks.append(
-                Check(name, scope, self.family, group, severity, summary, fn, section, level)
+                Check(
+                    name, scope, self.family, group, severity, summary, fn, section, level, in_use
+                )
             )
             return fn
 
         return wrap
 
-    def node(self, name: str, group: str, **options: str) -> Callable[[CheckFn], CheckFn]:
-        """Register a check judged once per node: `fn(node) -> Result` (options: severity,
+    def node(
+        self, name: str, group: str, *, in_use: bool, **options: str
+    ) -> Callable[[CheckFn], CheckFn]:
+        """Register a check judged once per node: `fn(node) -> Result`. `in_use` is required:
+        every check says whether it is judged on a node a job is using (options: severity,
         section, level)."""
-        return self._register("node", name, group, **options)
+        return self._register("node", name, group, in_use, **options)
 
-    def gpu(self, name: str, group: str, **options: str) -> Callable[[CheckFn], CheckFn]:
+    def gpu(
+        self, name: str, group: str, *, in_use: bool, **options: str
+    ) -> Callable[[CheckFn], CheckFn]:
         """Register a check judged per expected GPU slot: `fn(node, gpu_record) -> Result`."""
-        return self._register("gpu", name, group, **options)
+        return self._register("gpu", name, group, in_use, **options)
 
 
 def need(record: Record, key: str, what: str, required: bool = False) -> Any:
@@ -291,6 +322,9 @@ def _missing_gpu(node: NodeView, index: int) -> Result:
     )
 
 
+# Why an idle rule is not judged on a busy node (the verdict says which state it was judged in).
+IN_USE_SKIP = "node in use: judged on idle nodes only"
+
 # The section the controller adds from the run store (families/history), never the probe.
 HISTORY_SECTION = "history"
 
@@ -362,6 +396,8 @@ class Finding:
 def evaluate(chk: Check, node: NodeView, index: int | None = None) -> Finding:
     """Run one check on a node (or one GPU slot of it)."""
     label = node.host if index is None else gpu_label(node.host, index, None)
+    if node.in_use and not chk.in_use:
+        return Finding(chk.name, node.host, index, label, skipped(IN_USE_SKIP))
     absent = node.facts.get(chk.section) is None
     # No history is no reason to forget a GPU missing from the node's GPU list: that slot
     # fails like every check's (a saved log with no GPU list is still "not evaluated").

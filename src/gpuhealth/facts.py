@@ -14,6 +14,12 @@ PROBE_VERSION = "0.2.0"
 
 UNAVAILABLE_KINDS = ("not_supported", "error", "timeout", "absent")
 
+# The node states a node is judged in: idle (commissioning, nightly, prolog, epilog after the
+# memory is freed: every rule) or in-use (a job owns the GPUs: fault rules only). `auto` asks
+# the probe to decide (gpuhealth.probe.state).
+IDLE, IN_USE, AUTO = "idle", "in-use", "auto"
+NODE_STATES = (IDLE, IN_USE)
+
 if TYPE_CHECKING:  # the records as the type checker sees them; plain dicts on the node
     from typing import TypedDict
 

@@ -81,7 +81,7 @@ def _level(node: NodeView, diag: dict[str, Any]) -> str:
     return f"{run} (DCGM {diag['layout']}{version})"
 
 
-@CHECKS.node("dcgm_diag", "dcgm", section="dcgm", level="standard")
+@CHECKS.node("dcgm_diag", "dcgm", section="dcgm", level="standard", in_use=False)
 def dcgm_diag(node: NodeView) -> Result:
     """The DCGM diagnostic ran and its node-wide tests (deployment, non-GPU entities) passed.
 
@@ -125,7 +125,7 @@ def dcgm_diag(node: NodeView) -> Result:
     )
 
 
-@CHECKS.gpu("dcgm_diag_gpu", "dcgm", section="dcgm", level="standard")
+@CHECKS.gpu("dcgm_diag_gpu", "dcgm", section="dcgm", level="standard", in_use=False)
 def dcgm_diag_gpu(node: NodeView, gpu: dict[str, Any]) -> Result:
     """Every DCGM diagnostic test that ran on this GPU passed (Warn warns, Skip skips)."""
     run_section = section(node, "dcgm")
@@ -191,7 +191,7 @@ def _incident(incident: dict[str, Any]) -> str:
     return f"{text}: {incident['message']}" if incident["message"] else text
 
 
-@CHECKS.node("dcgm_health", "dcgm", section="dcgm_health")
+@CHECKS.node("dcgm_health", "dcgm", section="dcgm_health", in_use=True)
 def dcgm_health(node: NodeView) -> Result:
     """DCGM's health watches report Healthy (where DCGM is installed)."""
     watches = section(node, "dcgm_health")

@@ -94,7 +94,7 @@ def _efa(node: NodeView) -> tuple[list[dict[str, Any]], list[str]]:
     return efa, unbound
 
 
-@CHECKS.node("efa_device_count", "fabric", section="fabric")
+@CHECKS.node("efa_device_count", "fabric", section="fabric", in_use=True)
 def efa_device_count(node: NodeView) -> Result:
     """The node shows as many EFA devices (efa driver, sysfs) as its instance type has."""
     efa, unbound = _efa(node)
@@ -115,7 +115,7 @@ def efa_device_count(node: NodeView) -> Result:
     )
 
 
-@CHECKS.node("efa_fi_info", "fabric", section="fabric")
+@CHECKS.node("efa_fi_info", "fabric", section="fabric", in_use=True)
 def efa_fi_info(node: NodeView) -> Result:
     """libfabric's fi_info lists the efa provider with one RDM domain per EFA device."""
     fabric = _section(node, "efa")
@@ -164,7 +164,7 @@ def efa_fi_info(node: NodeView) -> Result:
     )
 
 
-@CHECKS.node("efa_ports_active", "fabric", section="fabric")
+@CHECKS.node("efa_ports_active", "fabric", section="fabric", in_use=True)
 def efa_ports_active(node: NodeView) -> Result:
     """Every port of every EFA device is ACTIVE."""
     efa, _ = _efa(node)
@@ -245,7 +245,7 @@ def _label(device: dict[str, Any], port: dict[str, Any]) -> str:
     return f"{device['name']} port {port['port']}"
 
 
-@CHECKS.node("ib_port_count", "fabric", section="fabric")
+@CHECKS.node("ib_port_count", "fabric", section="fabric", in_use=True)
 def ib_port_count(node: NodeView) -> Result:
     """The node has the expected number of InfiniBand ports (Ethernet and bonds not counted)."""
     judged, ignored, problems = _ib_ports(node, _devices(node, "infiniband"))
@@ -270,7 +270,7 @@ def ib_port_count(node: NodeView) -> Result:
     )
 
 
-@CHECKS.node("ib_port_state", "fabric", section="fabric")
+@CHECKS.node("ib_port_state", "fabric", section="fabric", in_use=True)
 def ib_port_state(node: NodeView) -> Result:
     """Every InfiniBand port is ACTIVE with its physical link LinkUp."""
     judged = _judged(node)
@@ -289,7 +289,7 @@ def ib_port_state(node: NodeView) -> Result:
     return passed(f"all {len(judged)} InfiniBand ports ACTIVE/LinkUp")
 
 
-@CHECKS.node("ib_port_rate", "fabric", section="fabric")
+@CHECKS.node("ib_port_rate", "fabric", section="fabric", in_use=True)
 def ib_port_rate(node: NodeView) -> Result:
     """Every InfiniBand port runs at the profile's minimum rate (NDR 400 Gb/s on H100)."""
     judged = _judged(node)
@@ -316,7 +316,7 @@ def ib_port_rate(node: NodeView) -> Result:
     return passed(f"all {len(judged)} ports >= {floor:g} Gb/s ({', '.join(rates)})")
 
 
-@CHECKS.node("ib_error_counters", "fabric", severity="normal", section="fabric")
+@CHECKS.node("ib_error_counters", "fabric", severity="normal", section="fabric", in_use=True)
 def ib_error_counters(node: NodeView) -> Result:
     """Link error counters of every InfiniBand port at or below the profile's limits."""
     judged = _judged(node)
@@ -358,7 +358,7 @@ def ib_error_counters(node: NodeView) -> Result:
     return passed(f"error counters within limits on {len(judged)} ports ({shown})")
 
 
-@CHECKS.node("ib_firmware_uniform", "fabric", severity="normal", section="fabric")
+@CHECKS.node("ib_firmware_uniform", "fabric", severity="normal", section="fabric", in_use=True)
 def ib_firmware_uniform(node: NodeView) -> Result:
     """All InfiniBand HCAs of one model run the same firmware version."""
     hcas = {d["name"]: d for d, _ in _judged(node)}
@@ -499,7 +499,7 @@ _MISWIRED = (
 )
 
 
-@CHECKS.gpu("gpu_nic_affinity", "fabric")
+@CHECKS.gpu("gpu_nic_affinity", "fabric", in_use=True)
 def gpu_nic_affinity(node: NodeView, gpu: dict[str, Any]) -> Result:
     """The GPU's nearest RDMA NIC within gpu_nic_max_distance, and no GPU sharing a NIC
     while another NIC serves none (rail alignment)."""

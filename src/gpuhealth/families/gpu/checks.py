@@ -46,7 +46,7 @@ def _records(node: NodeView) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- node checks
 
 
-@CHECKS.node("driver_version", "driver")
+@CHECKS.node("driver_version", "driver", in_use=True)
 def driver_version(node: NodeView) -> Result:
     """The NVIDIA driver is loaded and at least the minimum branch (default r570)."""
     driver = _need_driver(node)
@@ -79,7 +79,7 @@ def driver_version(node: NodeView) -> Result:
     )
 
 
-@CHECKS.node("gpu_count", "inventory")
+@CHECKS.node("gpu_count", "inventory", in_use=True)
 def gpu_count(node: NodeView) -> Result:
     """The node has exactly the number of GPUs the inventory/profile expects."""
     expected = node.expected_gpus
@@ -111,7 +111,7 @@ def gpu_count(node: NodeView) -> Result:
     )
 
 
-@CHECKS.node("gpu_uniformity", "inventory", severity="normal")
+@CHECKS.node("gpu_uniformity", "inventory", severity="normal", in_use=True)
 def gpu_uniformity(node: NodeView) -> Result:
     """All GPUs of the node are the same model on the same VBIOS family (and profile prefix)."""
     gpus = _records(node)
@@ -156,7 +156,7 @@ def _by_index(item: tuple[Any, Any]) -> int:
     return item[0] if isinstance(item[0], int) else -1
 
 
-@CHECKS.node("persistence_mode", "driver", severity="normal")
+@CHECKS.node("persistence_mode", "driver", severity="normal", in_use=True)
 def persistence_mode(node: NodeView) -> Result:
     """Persistence mode is on for every GPU (nvidia-persistenced running)."""
     gpus = _records(node)
@@ -197,7 +197,7 @@ RECOVERY = {
 UNKNOWN_RECOVERY = (Action.DRAIN, "drain the node and ask NVIDIA support what it means")
 
 
-@CHECKS.gpu("recovery_action", "errors")
+@CHECKS.gpu("recovery_action", "errors", in_use=True)
 def recovery_action(node: NodeView, gpu: dict[str, Any]) -> Result:
     """NVML's GPU recovery action is NONE; anything else asks for a reset, reboot or drain."""
     value = need(
@@ -210,7 +210,7 @@ def recovery_action(node: NodeView, gpu: dict[str, Any]) -> Result:
     return failed(f"GPU recovery action is {name} ({value}), expected NONE", action, advice)
 
 
-@CHECKS.gpu("ecc_errors", "memory")
+@CHECKS.gpu("ecc_errors", "memory", in_use=True)
 def ecc_errors(node: NodeView, gpu: dict[str, Any]) -> Result:
     """Volatile/aggregate uncorrectable ECC within limits (default 0), corrected below limits."""
     lim = _limits(node)
@@ -271,7 +271,7 @@ def ecc_errors(node: NodeView, gpu: dict[str, Any]) -> Result:
     )
 
 
-@CHECKS.gpu("retired_pages", "memory")
+@CHECKS.gpu("retired_pages", "memory", in_use=True)
 def retired_pages(node: NodeView, gpu: dict[str, Any]) -> Result:
     """No page retirement pending, and retired pages below the RMA limit (pre-Ampere GPUs)."""
     pages = need(gpu, "retired_pages", "page retirement (GPUs before Ampere)")
@@ -292,7 +292,7 @@ def retired_pages(node: NodeView, gpu: dict[str, Any]) -> Result:
     return passed(f"{total} retired pages, none pending")
 
 
-@CHECKS.gpu("row_remapping", "memory")
+@CHECKS.gpu("row_remapping", "memory", in_use=True)
 def row_remapping(node: NodeView, gpu: dict[str, Any]) -> Result:
     """No row remapping pending and no remapping failure (Ampere and later)."""
     rows = need(gpu, "remapped_rows", "row remapping (Ampere and later)")
@@ -319,7 +319,7 @@ def row_remapping(node: NodeView, gpu: dict[str, Any]) -> Result:
 _COOLING = "check fans, airflow and inlet temperature; reseat the heatsink if only this GPU"
 
 
-@CHECKS.gpu("temperature", "thermal")
+@CHECKS.gpu("temperature", "thermal", in_use=False)
 def temperature(node: NodeView, gpu: dict[str, Any]) -> Result:
     """Temperature below the profile's limits and clear of the GPU's own slowdown point."""
     lim = _limits(node)
@@ -349,7 +349,7 @@ _HARD_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"
 _SOFT_REASONS = ("sw_power_cap", "sw_thermal_slowdown")
 
 
-@CHECKS.gpu("throttle", "thermal")
+@CHECKS.gpu("throttle", "thermal", in_use=True)
 def throttle(node: NodeView, gpu: dict[str, Any]) -> Result:
     """No hardware slowdown, thermal slowdown or power brake active (SW power cap warns)."""
     reasons = need(gpu, "clock_event_reasons", "clock event (throttle) reasons")
@@ -378,7 +378,7 @@ def throttle(node: NodeView, gpu: dict[str, Any]) -> Result:
     return passed(f"no slowdown active ({', '.join(active) or 'none'})")
 
 
-@CHECKS.gpu("power", "power", severity="normal")
+@CHECKS.gpu("power", "power", severity="normal", in_use=False)
 def power(node: NodeView, gpu: dict[str, Any]) -> Result:
     """Power draw within the enforced limit, and the limit not capped below the SKU's."""
     lim = _limits(node)
@@ -423,7 +423,7 @@ def _load(gpu: dict[str, Any]) -> str | None:
     return None
 
 
-@CHECKS.gpu("pcie_link", "pcie")
+@CHECKS.gpu("pcie_link", "pcie", in_use=True)
 def pcie_link(node: NodeView, gpu: dict[str, Any]) -> Result:
     """PCIe link at the expected generation and width (down-training is reported)."""
     lim = _limits(node)
@@ -471,7 +471,7 @@ def pcie_link(node: NodeView, gpu: dict[str, Any]) -> Result:
     return passed(f"PCIe gen{gen} x{width}")
 
 
-@CHECKS.gpu("nvlink", "nvlink")
+@CHECKS.gpu("nvlink", "nvlink", in_use=True)
 def nvlink(node: NodeView, gpu: dict[str, Any]) -> Result:
     """The expected NVLink links are all up."""
     expected = _limits(node).nvlink_links_expected
@@ -492,7 +492,7 @@ def nvlink(node: NodeView, gpu: dict[str, Any]) -> Result:
     return passed(f"{len(up)} NVLink links up")
 
 
-@CHECKS.gpu("idle_processes", "processes", severity="normal")
+@CHECKS.gpu("idle_processes", "processes", severity="normal", in_use=False)
 def idle_processes(node: NodeView, gpu: dict[str, Any]) -> Result:
     """No stray compute processes and little GPU memory in use on an idle node.
 

@@ -68,7 +68,7 @@ def _suggested(states: list[dict[str, Any]], default: Action) -> tuple[Action, s
     return action, "; ".join(words) or "read the component's reason in GPUd (`gpud status`)"
 
 
-@CHECKS.node("gpud_health", "gpud", section="gpud")
+@CHECKS.node("gpud_health", "gpud", section="gpud", in_use=True)
 def gpud_health(node: NodeView) -> Result:
     """GPUd answers on its local API and every component it watches is Healthy."""
     gpud = section(node, "gpud")
@@ -110,7 +110,7 @@ def critical_events(record: dict[str, Any]) -> list[dict[str, Any]]:
     return [e for e in record.get("events") or [] if e.get("type") in CRITICAL_TYPES]
 
 
-@CHECKS.node("gpud_events", "gpud", severity="normal", section="gpud_events")
+@CHECKS.node("gpud_events", "gpud", severity="normal", section="gpud_events", in_use=True)
 def gpud_events(node: NodeView) -> Result:
     """No Critical or Fatal GPUd events in the window (the states say what is still wrong)."""
     record = section(node, "gpud_events")

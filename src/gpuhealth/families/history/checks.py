@@ -322,7 +322,7 @@ def _judge_gpu_values(
     judge_values(drifts, _gpu_past(runs, node, key, vbios, True), lim, now, out)
 
 
-@CHECKS.gpu("gpu_regression", "regression", severity="normal", section="history")
+@CHECKS.gpu("gpu_regression", "regression", severity="normal", section="history", in_use=True)
 def gpu_regression(node: NodeView, gpu: dict[str, Any]) -> Result:
     """No error counter of this GPU grew since the last run; idle temperature and power near
     its own baseline."""
@@ -386,7 +386,7 @@ def _judge_xids(node: NodeView, runs: list[Sample], out: Judgement) -> None:
         )
 
 
-@CHECKS.node("node_regression", "regression", severity="normal", section="history")
+@CHECKS.node("node_regression", "regression", severity="normal", section="history", in_use=True)
 def node_regression(node: NodeView) -> Result:
     """No new fatal XID since the last run; no InfiniBand error counter grew past its rate."""
     record, runs = _history(node, needed=True)
@@ -405,7 +405,12 @@ def node_regression(node: NodeView) -> Result:
 
 
 @CHECKS.node(
-    "load_regression", "regression", severity="normal", section="history", level="standard"
+    "load_regression",
+    "regression",
+    severity="normal",
+    section="history",
+    level="standard",
+    in_use=False,
 )
 def load_regression(node: NodeView) -> Result:
     """Single-node NCCL busbw near the node's baseline; no GPU newly fails DCGM's diagnostic."""

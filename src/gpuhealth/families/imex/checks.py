@@ -198,7 +198,7 @@ def faults(domain: Record, expected_nodes: int | None) -> list[Fault]:
     return found
 
 
-@CHECKS.node("imex_service", "nvlink", section="imex")
+@CHECKS.node("imex_service", "nvlink", section="imex", in_use=True)
 def imex_service(node: NodeView) -> Result:
     """The nvidia-imex service is active on a node of a multi-node NVLink domain."""
     record = _imex(node)
@@ -316,7 +316,7 @@ def _malformed(domain: Any) -> str:
     return ""
 
 
-@CHECKS.node("imex_domain", "nvlink", section="imex")
+@CHECKS.node("imex_domain", "nvlink", section="imex", in_use=True)
 def imex_domain(node: NodeView) -> Result:
     """Every node of the IMEX domain READY on one version, all connected, the domain UP."""
     record = _imex(node)

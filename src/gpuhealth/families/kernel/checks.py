@@ -221,7 +221,7 @@ def _xid_findings(groups: list[dict[str, Any]], where: str = "") -> list[Found]:
     return found
 
 
-@CHECKS.gpu("xid_errors", "errors", section="kernel_log")
+@CHECKS.gpu("xid_errors", "errors", section="kernel_log", in_use=True)
 def xid_errors(node: NodeView, gpu: dict[str, Any]) -> Result:
     """No hardware XIDs for this GPU in the kernel log within the window (app XIDs warn)."""
     log = section(node, "kernel_log")
@@ -232,7 +232,7 @@ def xid_errors(node: NodeView, gpu: dict[str, Any]) -> Result:
     return _judge(_xid_findings(groups), window, "no XIDs")
 
 
-@CHECKS.node("kernel_log", "errors", section="kernel_log")
+@CHECKS.node("kernel_log", "errors", section="kernel_log", in_use=True)
 def kernel_log(node: NodeView) -> Result:
     """No XIDs of unknown GPUs, NVSwitch SXIDs or nvidia-peermem errors in the kernel log."""
     require_nvidia(node, evidence_too=False)
@@ -282,7 +282,7 @@ def kernel_log(node: NodeView) -> Result:
     return _judge(found, window, f"no SXIDs, peermem errors or XIDs of unknown GPUs{mapped}")
 
 
-@CHECKS.node("fabric_manager", "nvlink", section="fabric_manager")
+@CHECKS.node("fabric_manager", "nvlink", section="fabric_manager", in_use=True)
 def fabric_manager(node: NodeView) -> Result:
     """No NVSwitch fatal errors (fail) or other errors (warn) in the fabric manager's log."""
     require_nvidia(node, evidence_too=False)

@@ -186,7 +186,7 @@ def nodes_of(record: dict[str, Any]) -> int | None:
     return None
 
 
-@CHECKS.node("nccl_bandwidth", "nccl", section="nccl", level="standard")
+@CHECKS.node("nccl_bandwidth", "nccl", section="nccl", level="standard", in_use=False)
 def nccl_bandwidth(node: NodeView) -> Result:
     """all_reduce bus bandwidth at the reference size reaches the profile's threshold."""
     run = _run(node)
@@ -196,7 +196,7 @@ def nccl_bandwidth(node: NodeView) -> Result:
     )
 
 
-@CHECKS.node("nccl_data_integrity", "nccl", section="nccl", level="standard")
+@CHECKS.node("nccl_data_integrity", "nccl", section="nccl", level="standard", in_use=False)
 def nccl_data_integrity(node: NodeView) -> Result:
     """No wrong elements (#wrong) and no out-of-bounds values where nccl-tests validated."""
     run = _run(node)

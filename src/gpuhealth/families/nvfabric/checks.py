@@ -111,7 +111,7 @@ def _fabric(node: NodeView, gpu: dict[str, Any]) -> dict[str, Any]:
     return fabric
 
 
-@CHECKS.gpu("nvlink_fabric_state", "nvlink")
+@CHECKS.gpu("nvlink_fabric_state", "nvlink", in_use=True)
 def nvlink_fabric_state(node: NodeView, gpu: dict[str, Any]) -> Result:
     """The GPU registered with its NVLink fabric: state Completed and status Success."""
     fabric = _fabric(node, gpu)
@@ -158,7 +158,7 @@ def _unread(record: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
     ]
 
 
-@CHECKS.gpu("nvlink_fabric_health", "nvlink")
+@CHECKS.gpu("nvlink_fabric_health", "nvlink", in_use=True)
 def nvlink_fabric_health(node: NodeView, gpu: dict[str, Any]) -> Result:
     """Fabric health Healthy, and none of its conditions: degraded bandwidth, route recovery,
     unhealthy route, access-timeout recovery, incorrect configuration."""
@@ -221,7 +221,7 @@ def _names(indices: list[int]) -> str:
     return ", ".join(f"gpu{index}" for index in indices)
 
 
-@CHECKS.node("nvlink_clique", "nvlink")
+@CHECKS.node("nvlink_clique", "nvlink", in_use=True)
 def nvlink_clique(node: NodeView) -> Result:
     """On multi-node NVLink (GB200/GB300 NVL, nvlink_multinode) all GPUs of the node are in one
     NVLink domain: the same non-zero clique id and cluster UUID."""
@@ -394,7 +394,7 @@ def _shown(items: list[tuple[int, str, int]], sign: str = "+") -> str:
     return "; ".join(f"link {link} {_COUNTER_WORDS[name]} {sign}{n}" for link, name, n in items)
 
 
-@CHECKS.gpu("nvlink_errors", "nvlink")
+@CHECKS.gpu("nvlink_errors", "nvlink", in_use=True)
 def nvlink_errors(node: NodeView, gpu: dict[str, Any]) -> Result:
     """No NVLink error counter of an active link grew while the probe watched it
     (nvlink_error_window_s). Legacy counters: replay or recovery growth fails; CRC or data-ECC

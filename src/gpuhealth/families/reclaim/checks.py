@@ -11,7 +11,9 @@ from gpuhealth.results import Action, Result, failed, passed, skipped
 CHECKS = CheckSet("reclaim")
 
 
-@CHECKS.gpu("memory_reclaim", "processes", severity="normal", section="memory_reclaim")
+@CHECKS.gpu(
+    "memory_reclaim", "processes", severity="normal", section="memory_reclaim", in_use=False
+)
 def memory_reclaim(node: NodeView, gpu: dict[str, Any]) -> Result:
     """GPU memory in use drops below the idle tolerance within the reclaim wait (idle nodes)."""
     if not node.limits.get(GpuLimits).expect_idle:

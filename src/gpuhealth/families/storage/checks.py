@@ -79,7 +79,7 @@ def _path_problem(
     return None
 
 
-@CHECKS.node("storage_paths", "storage", section="storage")
+@CHECKS.node("storage_paths", "storage", section="storage", in_use=True)
 def storage_paths(node: NodeView) -> Result:
     """Every storage path of the inventory is readable, writable where marked, with free space."""
     lim = node.limits.get(StorageLimits)
@@ -131,7 +131,7 @@ def _lustre_problem(storage: dict[str, Any], lustre_mounted: bool) -> str | None
     return None
 
 
-@CHECKS.node("distributed_mounts", "storage", section="storage")
+@CHECKS.node("distributed_mounts", "storage", section="storage", in_use=True)
 def distributed_mounts(node: NodeView) -> Result:
     """Every Lustre/NFS mount (plus storage_mount_types) answers; Lustre's health is healthy."""
     storage = section(node, "storage")

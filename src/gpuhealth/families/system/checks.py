@@ -45,7 +45,7 @@ def _gpu_labels(node: NodeView) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------- NUMA
 
 
-@CHECKS.node("numa_topology", "system", severity="normal", section="system")
+@CHECKS.node("numa_topology", "system", severity="normal", section="system", in_use=True)
 def numa_topology(node: NodeView) -> Result:
     """NUMA node count as expected; every GPU's NUMA node known and GPUs spread as expected."""
     system = _gpu_node(node)
@@ -102,7 +102,7 @@ def numa_topology(node: NodeView) -> Result:
     return passed(f"{count}; GPUs by node: {layout}")
 
 
-@CHECKS.node("numactl", "system", severity="normal", section="system")
+@CHECKS.node("numactl", "system", severity="normal", section="system", in_use=True)
 def numactl(node: NodeView) -> Result:
     """numactl is installed and `numactl --hardware` runs and parses."""
     system = _gpu_node(node)
@@ -142,7 +142,7 @@ def _disk_problem(disks: dict[str, dict[str, Any]], path: str, minimum: float) -
     return None
 
 
-@CHECKS.node("host_resources", "system", section="system")
+@CHECKS.node("host_resources", "system", section="system", in_use=True)
 def host_resources(node: NodeView) -> Result:
     """CPUs, memory (total and available) and free space on / and scratch above the limits."""
     system = section(node, "system")
@@ -202,7 +202,7 @@ def host_resources(node: NodeView) -> Result:
 # ---------------------------------------------------------------- memlock
 
 
-@CHECKS.node("memlock_limit", "system", section="system")
+@CHECKS.node("memlock_limit", "system", section="system", in_use=True)
 def memlock_limit(node: NodeView) -> Result:
     """The memlock limit (`ulimit -l`) is unlimited, or at least the profile's, for RDMA."""
     system = _gpu_node(node)
@@ -235,7 +235,7 @@ def memlock_limit(node: NodeView) -> Result:
 # ---------------------------------------------------------------- kernel modules
 
 
-@CHECKS.node("kernel_modules", "system", section="system")
+@CHECKS.node("kernel_modules", "system", section="system", in_use=True)
 def kernel_modules(node: NodeView) -> Result:
     """nvidia and nvidia_uvm loaded; nvidia_peermem for GPUDirect RDMA; efa on EFA hosts."""
     system = _gpu_node(node)
@@ -269,7 +269,7 @@ def kernel_modules(node: NodeView) -> Result:
 # ---------------------------------------------------------------- services
 
 
-@CHECKS.node("gpu_services", "system", section="system")
+@CHECKS.node("gpu_services", "system", section="system", in_use=True)
 def gpu_services(node: NodeView) -> Result:
     """nvidia-persistenced, fabric manager (NVSwitch), DCGM and GPUd active where expected."""
     system = _gpu_node(node)
