@@ -7,38 +7,15 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TOOLS  := .tools
 PYTEST_ARGS ?=
-APT_PACKAGES := python3 python3-venv gcc make nodejs npm openssl
-# postgresql: a throwaway run store; systemd: systemd-analyze verify; slurm*/munge: a real Slurm
-# on the bed; prometheus*: node_exporter and promtool; numactl: node-check's host checks here;
-# kubernetes-client: kubectl --local applies act kubernetes' patches offline.
-TEST_APT_PACKAGES := postgresql systemd slurmctld slurmd slurm-client munge \
-	prometheus-node-exporter prometheus numactl kubernetes-client
-
 .PHONY: deps test-deps venv check report test bench fuzz lint clean
 
+# System tools (as root on Debian/Ubuntu: apt-get installs the package of each missing tool,
+# and only those; a tool from elsewhere on PATH is used as it is). .ci/setup-deps.sh lists them.
 deps:
-	@missing=""; \
-	for cmd in $(PYTHON) gcc node npm openssl; do command -v $$cmd >/dev/null || missing="$$missing $$cmd"; done; \
-	$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || missing="$$missing venv"; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing system packages (missing:$$missing)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
-	  else echo "missing:$$missing - install: $(APT_PACKAGES)" >&2; exit 1; fi; \
-	fi
+	@PYTHON=$(PYTHON) sh .ci/setup-deps.sh base
 
 test-deps:
-	@missing=""; \
-	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
-	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
-	for cmd in slurmctld slurmd scontrol munged prometheus-node-exporter promtool numactl kubectl; do \
-	  command -v $$cmd >/dev/null || missing="$$missing $$cmd"; done; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing test packages (missing:$$missing)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(TEST_APT_PACKAGES) >/dev/null; \
-	  else echo "missing:$$missing - install: $(TEST_APT_PACKAGES)" >&2; exit 1; fi; \
-	fi
+	@sh .ci/setup-deps.sh test
 
 $(STAMP): pyproject.toml | deps
 	$(PYTHON) -m venv $(VENV)
