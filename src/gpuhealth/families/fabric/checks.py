@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhealth.checks import CheckSet, NodeView, StopCheck, detail, need, section
+from gpuhealth.facts import reason
 from gpuhealth.families.fabric.limits import FabricLimits
 from gpuhealth.families.fabric.sysfs import pci_name
 from gpuhealth.families.fabric.topology import Distance, Rails, Table, rails, rank, table
@@ -245,6 +246,18 @@ def _label(device: dict[str, Any], port: dict[str, Any]) -> str:
     return f"{device['name']} port {port['port']}"
 
 
+def _absent(node: NodeView, record: dict[str, Any], key: str) -> bool:
+    """A value the pasted evidence does not hold (ibstat has no counters, plain ibv_devinfo no
+    physical state): not evaluated, where a live node's missing value is a failure."""
+    return (
+        node.from_evidence and record.get(key) is None and reason(record, key)["kind"] == "absent"
+    )
+
+
+def _not_in_evidence(labels: list[str], what: str) -> Result:
+    return skipped(f"not evaluated: the evidence holds no {what} of {_names(labels)}")
+
+
 @CHECKS.node("ib_port_count", "fabric", section="fabric", in_use=True)
 def ib_port_count(node: NodeView) -> Result:
     """The node has the expected number of InfiniBand ports (Ethernet and bonds not counted)."""
@@ -274,10 +287,16 @@ def ib_port_count(node: NodeView) -> Result:
 def ib_port_state(node: NodeView) -> Result:
     """Every InfiniBand port is ACTIVE with its physical link LinkUp."""
     judged = _judged(node)
+    unknown = [
+        _label(d, p)
+        for d, p in judged
+        if p.get("state") == "ACTIVE" and _absent(node, p, "phys_state")
+    ]
     bad = [
         f"{_label(d, p)} state {_enum(p, 'state')}, phys_state {_enum(p, 'phys_state')}"
         for d, p in judged
-        if p.get("state") != "ACTIVE" or p.get("phys_state") != "LinkUp"
+        if (p.get("state") != "ACTIVE" or p.get("phys_state") != "LinkUp")
+        and _label(d, p) not in unknown
     ]
     if bad:
         return failed(
@@ -286,6 +305,8 @@ def ib_port_state(node: NodeView) -> Result:
             f"phys_state other than LinkUp: {_CABLE}; LinkUp but INIT/ARMED: the subnet "
             "manager has not brought the port up, check opensm/UFM",
         )
+    if unknown:
+        return _not_in_evidence(unknown, "physical state (plain ibv_devinfo; -v has it)")
     return passed(f"all {len(judged)} InfiniBand ports ACTIVE/LinkUp")
 
 
@@ -293,6 +314,9 @@ def ib_port_state(node: NodeView) -> Result:
 def ib_port_rate(node: NodeView) -> Result:
     """Every InfiniBand port runs at the profile's minimum rate (NDR 400 Gb/s on H100)."""
     judged = _judged(node)
+    absent = [_label(d, p) for d, p in judged if _absent(node, p, "rate_gbps")]
+    if absent:
+        return _not_in_evidence(absent, "port rate (plain ibv_devinfo; -v has it)")
     unknown = [
         f"{_label(d, p)} ({_enum(p, 'rate_gbps')})" for d, p in judged if p.get("rate_gbps") is None
     ]
@@ -331,6 +355,9 @@ def ib_error_counters(node: NodeView) -> Result:
     limits = {name: limit for name, limit in configured.items() if limit is not None}
     if not limits:
         return skipped("no error-counter limit set (ib_max_* are all null)")
+    absent = [_label(d, p) for d, p in judged if _absent(node, p, "counters")]
+    if absent:
+        return _not_in_evidence(absent, "error counters (ibstat and ibv_devinfo print none)")
     problems = []
     for device, port in judged:
         counters = port.get("counters")
@@ -362,6 +389,9 @@ def ib_error_counters(node: NodeView) -> Result:
 def ib_firmware_uniform(node: NodeView) -> Result:
     """All InfiniBand HCAs of one model run the same firmware version."""
     hcas = {d["name"]: d for d, _ in _judged(node)}
+    absent = [name for name, d in hcas.items() if _absent(node, d, "fw_ver")]
+    if absent:
+        return _not_in_evidence(absent, "firmware version")
     unknown = [name for name, d in hcas.items() if not d.get("fw_ver")]
     if unknown:
         return failed(f"firmware version not reported by {', '.join(unknown)}", Action.RERUN)

@@ -1,5 +1,5 @@
-"""Saved fabric evidence for triage: `fi_info` output, copies of /sys/class/infiniband, and
-`nvidia-smi topo -m` (each GPU's distance to each NIC)."""
+"""Saved fabric evidence for triage: `fi_info` output, copies of /sys/class/infiniband, `ibstat`
+and `ibv_devinfo` output, and `nvidia-smi topo -m` (each GPU's distance to each NIC)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from gpuhealth.facts import mark_unavailable, why
-from gpuhealth.families.fabric import parse_fi_info, parse_topo, sysfs
+from gpuhealth.families.fabric import parse_fi_info, parse_ibstat, parse_topo, sysfs
 from gpuhealth.families.gpu.schema import GPU_KEYS, new_driver, new_gpu
 from gpuhealth.registry import Kind
 
@@ -45,6 +45,18 @@ def from_class_dir(path: Any) -> dict[str, Any]:
     }
 
 
+def from_port_tool_text(text: str) -> dict[str, Any]:
+    """The `fabric` section a pasted `ibstat` or `ibv_devinfo` gives: devices, no fi_info."""
+    absent = why("absent", "ibstat/ibv_devinfo output holds no fi_info output")
+    return {
+        "fabric": {
+            "devices": parse_ibstat.parse(text),
+            "fi_info": None,
+            "unavailable": {"fi_info": absent},
+        }
+    }
+
+
 def from_topo_text(text: str) -> dict[str, Any]:
     """Facts from a pasted `nvidia-smi topo -m`: the GPU-to-NIC levels in the `fabric`
     section, and one GPU record per row that says nothing else (kind `absent`)."""
@@ -69,4 +81,6 @@ KINDS = (
     Kind("fi_info", looks_like_fi_info, from_fi_info_text, priority=20),
     Kind("/sys/class/infiniband copy", looks_like_class_dir, from_class_dir, directory=True),
     Kind("nvidia-smi topo -m", parse_topo.looks_like, from_topo_text, priority=15),
+    Kind("ibstat", parse_ibstat.looks_like_ibstat, from_port_tool_text, priority=21),
+    Kind("ibv_devinfo", parse_ibstat.looks_like_ibv_devinfo, from_port_tool_text, priority=22),
 )

@@ -77,7 +77,8 @@ def libfabric_version(provider_version: Optional[str]) -> Optional[str]:
 
 
 def summary(parsed: Dict[str, Any], provider: str = "efa") -> Dict[str, Any]:
-    """What the checks judge: the provider's RDM domains, its version, and the outcome.
+    """What the checks judge: the provider's RDM domains (one per device), its version, and the
+    outcome.
 
     `status` is `ok` (blocks listed), `no_devices` (fi_getinfo -61) or `error` (another
     fi_getinfo error), with `error` saying which.
@@ -95,7 +96,9 @@ def summary(parsed: Dict[str, Any], provider: str = "efa") -> Dict[str, Any]:
         "status": status,
         "error": message,
         "getinfo_error": error,
-        "domains": [e["domain"] for e in mine if e["type"] == "FI_EP_RDM"],
+        # libfabric 2.x lists each device's RDM domain under two fabrics (efa, efa-direct):
+        # a device counts once.
+        "domains": list(dict.fromkeys(e["domain"] for e in mine if e["type"] == "FI_EP_RDM")),
         "provider_version": version,
         "libfabric_version": libfabric_version(version),
         "entries": parsed["entries"],
