@@ -87,6 +87,7 @@ NODE = (
     "gpuhealth.probe.command",
     "gpuhealth.probe.node",
     "gpuhealth.probe.nvml",
+    "gpuhealth.probe.state",
     "gpuhealth.families.*.probe",
     "gpuhealth.families.*.parse_*",
     "gpuhealth.families.gpu.schema",

@@ -70,6 +70,18 @@ class NodeView:
         return found if found in NODE_STATES else IDLE
 
     @property
+    def node_state_source(self) -> str:
+        """Why the node is judged in its state, in words (for every verdict and answer)."""
+        if self.state is not None:
+            return "given"
+        record = self.facts.get("node_state")
+        if isinstance(record, dict) and record.get("state") in NODE_STATES:
+            return str(record.get("source") or "the probe")
+        if record is None and "node_state" not in self.facts:
+            return "facts without a node state: judged idle"
+        return "no valid node state in the facts: judged idle"
+
+    @property
     def in_use(self) -> bool:
         """A job owns the GPUs: only fault rules apply."""
         return self.node_state == IN_USE

@@ -8,7 +8,7 @@ config imports the registry of families, and nothing goes round in a circle.
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
@@ -62,6 +62,12 @@ DriverVersion = Annotated[StrictStr | StrictInt, AfterValidator(_driver_version)
 
 class RunLimits(FamilyLimits):
     """Keys of the run itself rather than of one family."""
+
+    node_state: Literal["idle", "in-use", "auto"] = Field(
+        "idle",
+        description="the state the node is judged in: idle (every rule), in-use (a job owns "
+        "the GPUs: fault rules only) or auto (Slurm, the kubelet, else compute processes say)",
+    )
 
     probe_timeout_s: Seconds = Field(
         120, description="the whole probe on a node (killed there, and given up on here)"

@@ -23,6 +23,8 @@ from gpuhealth import report as reporting
 from gpuhealth.checks import HISTORY_SECTION, NodeView, gpu_slots, judged
 from gpuhealth.config import Platform, Profile, ProfileSet, resolve_limits
 from gpuhealth.documents import FactsError
+from gpuhealth.facts import AUTO
+from gpuhealth.integrations import kubelet
 from gpuhealth.results import Action
 from gpuhealth.targets import Target, inventory_target
 from gpuhealth.transport import ProbeError, parse_output, probe_command
@@ -43,6 +45,9 @@ class Selection:
     profile_dir: Path | None = None
     root: str = "/"
     timeout_s: float = DEFAULT_TIMEOUT_S
+    # idle, in-use or auto; None: the inventory's node_state (default idle).
+    node_state: str | None = None
+    slurm_node: str | None = None  # this node's Slurm name, for auto (default: slurmd's)
 
     def name(self) -> str:
         """This host's name in the inventory and the reports (default: the hostname)."""
@@ -55,6 +60,7 @@ class Selection:
             "inventory": self.inventory,
             "profile": self.profile,
             "expected_gpus": self.expected_gpus,
+            "overrides": {"node_state": self.node_state} if self.node_state else {},
         }
         return inventory_target(self.name(), profiles, cli)
 
@@ -70,6 +76,16 @@ class LocalVerdict:
     duration_s: float
     facts: dict[str, Any] | None = None
     limits: Profile | None = None  # what the facts were judged by (exporters read them)
+
+    @property
+    def node_state(self) -> str | None:
+        """The state the node was judged in (None: the probe failed before deciding)."""
+        return self.verdict.node_state
+
+    @property
+    def node_state_source(self) -> str | None:
+        """Why it was judged in that state, in words."""
+        return self.verdict.node_state_source
 
     @property
     def failures(self) -> list[reporting.Outcome]:
@@ -92,6 +108,8 @@ class LocalVerdict:
             ],
             "verdict": self.verdict.verdict,
             "host": self.host,
+            "node_state": self.node_state,
+            "node_state_source": self.node_state_source,
             "reasons": self.verdict.reasons,
             "actions": self.verdict.actions,
             "warnings": [w["message"] for w in self.verdict.warnings],
@@ -156,7 +174,14 @@ def judge_here(selection: Selection, target: Target | None = None) -> LocalVerdi
     started, clock = time.time(), time.monotonic()
     profiles = ProfileSet(selection.profile_dir)
     limits = resolve_limits(target.expectations, profiles, None)
-    config = {"root": selection.root, "expect": limits.values}
+    config: dict[str, Any] = {"root": selection.root, "expect": limits.values}
+    slurm_node = selection.slurm_node or target.host_vars.get("slurm_node_name")
+    if slurm_node:
+        config["slurm_node"] = str(slurm_node)
+    if limits.values["node_state"] == AUTO:
+        hint = kubelet.node_state_hint()
+        if hint is not None:
+            config["node_state_hint"] = hint
     book = reporting.VerdictBook()
     outcomes: list[reporting.Outcome] = []
     facts: dict[str, Any] | None = None
@@ -179,6 +204,7 @@ def judge_here(selection: Selection, target: Target | None = None) -> LocalVerdi
     if facts is not None:
         limits = resolve_limits(target.expectations, profiles, Platform.of(facts))
         view = NodeView(target.name, facts, limits)
+        book.state(target.name, view.node_state, view.node_state_source)
         slots = gpu_slots(view.expected_gpus, facts)
         outcomes = [reporting.Outcome.of(f) for f in judged(quick_checks(), view, slots)]
         book.node(target.name).gpu_slots = slots

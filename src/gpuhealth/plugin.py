@@ -33,6 +33,7 @@ from gpuhealth.allure_results import AllureResults
 from gpuhealth.checks import HISTORY_SECTION, NodeView, evaluate
 from gpuhealth.config import ConfigError, Platform, ProfileSet, resolve_limits
 from gpuhealth.documents import FactsError, load_facts
+from gpuhealth.facts import NODE_STATES
 from gpuhealth.history.run import DEFAULT_STORE, POLICIES, History, measured, measured_load
 from gpuhealth.junit_results import JUnitResults
 from gpuhealth.reporter import Reporter
@@ -50,6 +51,7 @@ _OWN_OPTIONS = (
     "expected_gpus",
     "probe_timeout",
     "nvml_call_timeout",
+    "node_state",
     "verdicts",
     "save_facts",
     "history",
@@ -87,6 +89,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="S",
         type=float,
         help="per NVML call timeout (overrides nvml_call_timeout_s, default 5)",
+    )
+    group.addoption(
+        "--node-state",
+        choices=("idle", "in-use", "auto"),
+        help="judge the nodes idle (every rule; default), in-use (a job owns the GPUs: fault "
+        "rules only) or auto (Slurm, else compute processes decide); overrides node_state",
     )
     group.addoption(
         "--probe-root",
@@ -314,6 +322,8 @@ def _build_targets(config: pytest.Config, profiles: ProfileSet) -> list[Target]:
         overrides["probe_timeout_s"] = opt.probe_timeout
     if opt.nvml_call_timeout is not None:
         overrides["nvml_call_timeout_s"] = opt.nvml_call_timeout
+    if opt.node_state is not None:
+        overrides["node_state"] = opt.node_state
     cli = {
         "profile": opt.profile,
         "expected_gpus": opt.expected_gpus,
@@ -598,7 +608,10 @@ class HostState:
             platform = Platform.of(facts)
             limits = resolve_limits(self.target.expectations, self.state.profiles, platform)
             past = self.state.history.section(self.target.name, limits)
-            self._view = NodeView(self.target.name, {**facts, HISTORY_SECTION: past}, limits)
+            # Saved facts keep the state they were collected in, unless --node-state says.
+            given = self.state.config.option.node_state
+            state = given if given in NODE_STATES and self.target.facts_file else None
+            self._view = NodeView(self.target.name, {**facts, HISTORY_SECTION: past}, limits, state)
         return self._view
 
 
@@ -609,6 +622,8 @@ def _collect(state: RunState, target: Target) -> HostState:
         else:
             limits = resolve_limits(target.expectations, state.profiles, None)
             config = {"root": state.config.option.probe_root, "expect": limits.values}
+            if target.host_vars.get("slurm_node_name"):
+                config["slurm_node"] = str(target.host_vars["slurm_node_name"])
             timeout = float(limits.values["probe_timeout_s"])
             facts = run_probe(target.host, config, python=target.python, timeout_s=timeout)
             path = state.facts_dir / f"{safe_name(target.name)}.json"
@@ -758,6 +773,8 @@ def judge(name: str, slot: Slot | Subject) -> None:
         action=result.action.value,
         advice=result.advice,
         profile=view.limits.name,
+        node_state=view.node_state,
+        node_state_source=view.node_state_source,
     )
     if result.regressions:
         found["regressions"] = list(result.regressions)

@@ -91,6 +91,9 @@ class NodeVerdict:
     regressions: list[dict[str, Any]] = field(default_factory=list)
     # How many GPU slots the host was judged on (per-GPU labels and metrics cover each).
     gpu_slots: int | None = None
+    # The node state it was judged in (idle: every rule; in-use: fault rules only), and why.
+    node_state: str | None = None
+    node_state_source: str | None = None
 
 
 @cache
@@ -246,6 +249,11 @@ class VerdictBook:
     def findings(self) -> list[Outcome]:
         """Every outcome that was not a PASS or SKIP (what the run store keeps)."""
         return [o for found in (self._bad, self._soft) for group in found.values() for o in group]
+
+    def state(self, host: str, state: str, source: str) -> None:
+        """The node state the host was judged in (every verdict says it)."""
+        node = self.node(host)
+        node.node_state, node.node_state_source = state, source
 
     def note(self, host: str, text: str) -> None:
         """Context for the verdict that is not a finding (e.g. no GPU on this host)."""

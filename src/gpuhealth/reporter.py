@@ -124,6 +124,8 @@ class Reporter:
         if host is None:
             return
         self.book.node(host)
+        if "node_state" in props:
+            self.book.state(host, props["node_state"], props.get("node_state_source") or "")
         if "note" in props:
             self.book.note(host, props["note"])
         for note in props.get("notes") or []:
@@ -419,7 +421,7 @@ def _case(nodeid: str, stop_ms: int, props: dict[str, Any], pending: _Pending) -
     if gpu is not None:
         labels += [("subSuite", f"gpu{gpu}"), ("gpu", str(gpu))]
         params.append(("gpu", str(gpu)))
-    for key in ("profile", "uuid", "serial"):
+    for key in ("profile", "node_state", "uuid", "serial"):
         if props.get(key):
             labels.append((key, props[key]))
     if props.get("status") in (Status.FAIL.value, Status.WARN.value):

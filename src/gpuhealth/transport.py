@@ -159,6 +159,8 @@ def _shipped() -> tuple[dict[str, str], list[str]]:
 def probe_command(config: dict[str, Any], python: str = "python3", timeout_s: float = 120) -> str:
     """The shell command that runs the probe on a node, bounded by `timeout` there too."""
     modules, packages = _shipped()
+    # The probe knows its deadline, so no wait inside it (the memory reclaim) outlasts it.
+    config = {**config, "deadline_s": timeout_s}
     payload = {"modules": modules, "packages": packages, "config": config}
     blob = base64.b64encode(zlib.compress(json.dumps(payload).encode(), 9)).decode()
     return (

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gpuhealth import report as reporting
 from gpuhealth.config import ConfigError
+from gpuhealth.facts import AUTO, IDLE, IN_USE
 from gpuhealth.local import DEFAULT_TIMEOUT_S, LocalVerdict, Selection, judge_here
 
 # Exit codes: as `gpuhealth triage` (0 healthy, 1 FAIL or nothing vouches for the node, 2 the
@@ -24,10 +25,12 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 NPD_OK, NPD_PROBLEM, NPD_UNKNOWN = 0, 1, 2
 # NPD keeps a plugin's message to its max_output_length (80 by default in its examples).
 NPD_MESSAGE_MAX = 80
+NODE_STATE_CHOICES = (IDLE, IN_USE, AUTO)
 
 
-def add_selection(parser: argparse.ArgumentParser) -> None:
-    """The options that say which host this is and what it should be (as the suite's)."""
+def add_selection(parser: argparse.ArgumentParser, node_state: str) -> None:
+    """The options that say which host this is, what it should be (as the suite's) and which
+    node state it is judged in (default `node_state`)."""
     parser.add_argument("--host", help="this host's inventory name (default: its hostname)")
     parser.add_argument("--inventory", help="Ansible inventory with this host's vars")
     parser.add_argument("--profile", help="profile to judge by (default: the inventory's)")
@@ -39,6 +42,14 @@ def add_selection(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_TIMEOUT_S,
         help=f"seconds the probe may take (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--node-state",
+        choices=NODE_STATE_CHOICES,
+        default=node_state,
+        help="idle: every rule; in-use: a job owns the GPUs, fault rules only; auto: Slurm's "
+        "view of this node, the kubelet's pods, else compute processes on the GPUs decide "
+        f"(default {node_state})",
     )
 
 
@@ -56,6 +67,8 @@ def selection(args: argparse.Namespace) -> Selection:
         profile_dir=args.profile_dir,
         root=args.root,
         timeout_s=args.timeout,
+        node_state=args.node_state,
+        slurm_node=getattr(args, "slurm_node", None) or os.environ.get("SLURMD_NODENAME"),
     )
 
 
@@ -66,7 +79,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="judge this node (Slurm HealthCheckProgram, NPD plugin, textfile exporter)",
         description=__doc__.splitlines()[0],
     )
-    add_selection(parser)
+    add_selection(parser, AUTO)
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="the verdict as one JSON document")
     out.add_argument(
@@ -106,10 +119,11 @@ def _text(result: LocalVerdict) -> None:
                 f" [{outcome.action}]"
             )
     counts = result.verdict.counts
+    state = f", {result.node_state}: {result.node_state_source}" if result.node_state else ""
     print(
         f"{result.host}: {result.verdict.verdict} ({counts['PASS']} passed, "
         f"{counts['FAIL'] + counts['ERROR']} failed, {counts['WARN']} warnings, "
-        f"{result.duration_s:.1f} s)"
+        f"{result.duration_s:.1f} s{state})"
     )
 
 

@@ -49,6 +49,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gpuhealth.config import ConfigError
+from gpuhealth.facts import IN_USE
 from gpuhealth.integrations import nodecheck
 from gpuhealth.local import LocalVerdict, judge_here
 from gpuhealth.results import Action
@@ -518,7 +519,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="node health service for ft_launcher (gRPC on a Unix socket) and loopback HTTP",
         description=__doc__.splitlines()[0],
     )
-    nodecheck.add_selection(parser)
+    # ft_launcher asks on behalf of a job that runs or restarts here: fault rules only.
+    nodecheck.add_selection(parser, IN_USE)
     parser.add_argument(
         "--socket",
         type=Path,

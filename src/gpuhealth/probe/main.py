@@ -14,22 +14,49 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from gpuhealth.facts import PROBE_VERSION, SCHEMA_VERSION
+from gpuhealth.facts import IDLE, PROBE_VERSION, SCHEMA_VERSION
 from gpuhealth.families import NAMES
-from gpuhealth.probe import node
+from gpuhealth.probe import node, state
 
 
 class Context:
     """What a family's probe is given: where the node's files are, what the node is expected
-    to be (the resolved profile keys), where to note failures, and the facts so far."""
+    to be (the resolved profile keys), where to note failures, the facts so far, and when the
+    probe must be done by (`deadline`, time.monotonic(); None: no deadline was given)."""
 
     def __init__(
-        self, root: str, expect: Dict[str, Any], errors: List[Dict[str, Any]], facts: Dict[str, Any]
+        self,
+        root: str,
+        expect: Dict[str, Any],
+        errors: List[Dict[str, Any]],
+        facts: Dict[str, Any],
+        deadline: Optional[float] = None,
+        hint: Optional[Dict[str, Any]] = None,
+        slurm_node: Optional[str] = None,
     ) -> None:
         self.root = root
         self.expect = expect
         self.errors = errors
         self.facts = facts
+        self.deadline = deadline
+        self._hint = hint
+        self._slurm_node = slurm_node
+
+    def left_s(self) -> Optional[float]:
+        """Seconds left before the probe's deadline (None: no deadline)."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def node_state(self) -> str:
+        """`idle` or `in-use`, decided once (after the GPU family listed the processes) and
+        written to the document's `node_state` section."""
+        if "node_state" not in self.facts:
+            self.facts["node_state"] = state.decide(
+                self.expect.get("node_state", IDLE),
+                self._hint,
+                self.facts.get("gpus"),
+                self._slurm_node,
+            )
+        return str(self.facts["node_state"]["state"])
 
     def setting(self, key: str) -> Any:
         """A profile key's value; the controller always sends every key it resolved."""
@@ -60,10 +87,14 @@ def family_probe(name: str) -> Any:
 def collect(config: Dict[str, Any]) -> Dict[str, Any]:
     """Build the facts document for the node this runs on.
 
-    `config`: {"root": "/", "expect": {profile key: value}} as the controller resolved them.
+    `config`: {"root": "/", "expect": {profile key: value}} as the controller resolved them,
+    with `deadline_s` (the probe is killed then), `node_state_hint` (what the controller learnt
+    of the node state, e.g. from the kubelet) and `slurm_node` (this node's Slurm name) where
+    the caller has them.
     """
     root = str(config.get("root") or "/")
     started = time.monotonic()
+    deadline_s = config.get("deadline_s")
     errors: List[Dict[str, Any]] = []
     doc: Dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -75,7 +106,15 @@ def collect(config: Dict[str, Any]) -> Dict[str, Any]:
         "errors": errors,
         "pci": {"nvidia_gpus": node.nvidia_pci_gpus(root)},
     }
-    ctx = Context(root, dict(config.get("expect") or {}), errors, doc)
+    ctx = Context(
+        root,
+        dict(config.get("expect") or {}),
+        errors,
+        doc,
+        started + float(deadline_s) if deadline_s else None,
+        config.get("node_state_hint"),
+        config.get("slurm_node"),
+    )
     for name in NAMES:
         try:
             module = family_probe(name)
@@ -90,6 +129,11 @@ def collect(config: Dict[str, Any]) -> Dict[str, Any]:
             ctx.error(name, f"{type(exc).__name__}: {exc}")
             for key in module.SECTIONS:
                 doc[key] = None
+    try:
+        ctx.node_state()  # every document says which state its node was judged in
+    except Exception as exc:
+        ctx.error("node_state", f"{type(exc).__name__}: {exc}")
+        doc["node_state"] = None
     doc["duration_s"] = round(time.monotonic() - started, 3)
     return doc
 

@@ -368,6 +368,9 @@ def throttle(node: NodeView, gpu: dict[str, Any]) -> Result:
     if unknown:
         return missing_any(reasons, unknown, f"clock event reason {', '.join(unknown)}")
     soft = [r for r in _SOFT_REASONS if r in active]
+    if node.in_use:  # a software power cap or thermal slowdown is how a GPU runs under load
+        shown = f" ({', '.join(soft)}: normal under load)" if soft else ""
+        return passed(f"no hardware slowdown active on a GPU in use{shown}")
     if soft:
         return warned(
             f"clocks reduced by {', '.join(soft)}", Action.INSPECT, "check power caps and cooling"
@@ -454,6 +457,8 @@ def pcie_link(node: NodeView, gpu: dict[str, Any]) -> Result:
             return warned(f"PCIe link x{width} of x{width_max}", Action.INSPECT, _RESEAT)
     if gen is None or gen_max is None:  # the pcie record holds no reasons: a failed read
         return failed(f"PCIe link generation not reported (gen{gen} of gen{gen_max})", Action.RERUN)
+    if gen < gen_max and node.in_use:  # a job's load decides the speed: only idle links judged
+        return passed(f"PCIe gen{gen} of gen{gen_max} x{width} (node in use: speed not judged)")
     if gen < gen_max:
         load = _load(gpu)
         if load is None:

@@ -28,6 +28,8 @@ def memory_reclaim(node: NodeView, gpu: dict[str, Any]) -> Result:
     of_total = f" of {total} MiB" if total is not None else ""
     initial = record.get("initial_used_mib")
     waited = f"{polled['waited_s']:g} s ({polled['polls']} polls every {polled['poll_s']:g} s)"
+    if polled.get("wait_capped"):
+        waited += f", the wait cut to {polled['wait_s']:g} s by the probe's deadline"
     if used > tolerance:
         if polled.get("error"):
             return failed(

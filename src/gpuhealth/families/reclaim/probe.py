@@ -13,13 +13,16 @@ Node side: Python 3.6 and the standard library (plus nvidia-ml-py when importabl
 import time
 from typing import TYPE_CHECKING, Any, Dict, List
 
-from gpuhealth.facts import skipped, why
+from gpuhealth.facts import IN_USE, skipped, why
 from gpuhealth.probe import nvml
 
 if TYPE_CHECKING:
     from gpuhealth.probe.main import Context
 
 SECTIONS = ("memory_reclaim",)
+# What the probe still needs after the wait (the families after this one, the answer): the
+# wait ends this long before the probe's deadline, so a slow reclaim never kills the probe.
+DEADLINE_MARGIN_S = 10.0
 
 
 def _records(gpus: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -88,6 +91,14 @@ def _poll(
 
 def collect(ctx: "Context") -> Dict[str, Any]:
     """The `memory_reclaim` section: per-GPU memory after waiting for it to be freed."""
+    if ctx.node_state() == IN_USE:
+        return {
+            "memory_reclaim": skipped(
+                "node in use ({}): a job's memory is not waited for".format(
+                    ctx.facts["node_state"]["source"]
+                )
+            )
+        }
     if not ctx.setting("expect_idle"):
         return {
             "memory_reclaim": skipped("the node is not expected to be idle (expect_idle: false)")
@@ -97,9 +108,15 @@ def collect(ctx: "Context") -> Dict[str, Any]:
             "memory_reclaim": skipped("NVML was not available, so GPU memory could not be polled")
         }
     threshold = float(ctx.setting("max_idle_memory_used_mib"))
+    wait_s = float(ctx.setting("reclaim_wait_s"))
+    left = ctx.left_s()
+    capped = False
+    if left is not None and left - DEADLINE_MARGIN_S < wait_s:
+        capped, wait_s = True, max(0.0, round(left - DEADLINE_MARGIN_S, 1))
     section: Dict[str, Any] = {
         "threshold_mib": threshold,
-        "wait_s": float(ctx.setting("reclaim_wait_s")),
+        "wait_s": wait_s,
+        "wait_capped": capped,
         "poll_s": float(ctx.setting("reclaim_poll_s")),
         "waited_s": 0.0,
         "polls": 0,

@@ -166,7 +166,8 @@ def host_resources(node: NodeView) -> Result:
             problems.append(f"memory {_gib(total * 1024)} < {lim.min_memory_gb:g} GiB")
             actions.append("check for failed DIMMs (`dmidecode -t memory`, BMC SEL, EDAC)")
             code = Action.INSPECT
-    pct = lim.min_memory_available_pct
+    # What a job uses (host memory, scratch space) is judged on idle nodes only.
+    pct = None if node.in_use else lim.min_memory_available_pct
     if pct is not None:
         if total is None or available is None:
             problems.append("MemAvailable unknown")
@@ -178,7 +179,7 @@ def host_resources(node: NodeView) -> Result:
     wanted = []
     if lim.min_root_free_gb is not None:
         wanted.append(("/", lim.min_root_free_gb))
-    if lim.min_scratch_free_gb is not None:
+    if lim.min_scratch_free_gb is not None and not node.in_use:
         wanted += [(p, lim.min_scratch_free_gb) for p in lim.scratch_paths]
     disk_problems = [p for p in (_disk_problem(disks, path, m) for path, m in wanted) if p]
     if disk_problems:
