@@ -1,10 +1,11 @@
-"""Saved DCGM evidence for triage: `dcgmi diag -j` and `dcgmi health -c -j` JSON."""
+"""Saved DCGM evidence for triage: `dcgmi diag` and `dcgmi health -c`, as `-j` JSON or as the
+default box-drawn tables."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpuhealth.families.dcgm import parse_dcgm
+from gpuhealth.families.dcgm import parse_dcgm, parse_dcgm_table
 from gpuhealth.registry import Kind
 
 
@@ -13,10 +14,19 @@ def looks_like_diag(text: str) -> bool:
     return any(f'"{key}"' in text for key in parse_dcgm.DIAG_KEYS)
 
 
+def _diag_section(diag: dict[str, Any]) -> dict[str, Any]:
+    section = {"level": None, "command": None, "rc": None, "duration_s": None, "error": None}
+    return {"dcgm": {**section, "diag": diag}}
+
+
 def diag_evidence(text: str) -> dict[str, Any]:
     """Saved `dcgmi diag -j` output as the `dcgm` facts section."""
-    section = {"level": None, "command": None, "rc": None, "duration_s": None, "error": None}
-    return {"dcgm": {**section, "diag": parse_dcgm.parse_diag(text)}}
+    return _diag_section(parse_dcgm.parse_diag(text))
+
+
+def diag_table_evidence(text: str) -> dict[str, Any]:
+    """A pasted `dcgmi diag` table as the `dcgm` facts section."""
+    return _diag_section(parse_dcgm_table.parse_diag(text))
 
 
 def looks_like_health(text: str) -> bool:
@@ -29,7 +39,14 @@ def health_evidence(text: str) -> dict[str, Any]:
     return {"dcgm_health": {"health": parse_dcgm.parse_health(text), "unavailable": {}}}
 
 
+def health_table_evidence(text: str) -> dict[str, Any]:
+    """A pasted `dcgmi health -c` table as the `dcgm_health` facts section."""
+    return {"dcgm_health": {"health": parse_dcgm_table.parse_health(text), "unavailable": {}}}
+
+
 KINDS = (
     Kind("dcgmi diag -j", looks_like_diag, diag_evidence, priority=30),
     Kind("dcgmi health -c -j", looks_like_health, health_evidence, priority=31),
+    Kind("dcgmi diag", parse_dcgm_table.looks_like_diag, diag_table_evidence, priority=32),
+    Kind("dcgmi health -c", parse_dcgm_table.looks_like_health, health_table_evidence, priority=33),
 )
