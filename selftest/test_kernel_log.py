@@ -244,11 +244,24 @@ def test_empty_and_gpu_free_logs_have_no_events():
     assert parser.parse("[ 1.0] Linux version 6.1\n[ 2.0] usb 1-1: new device\n")["events"] == []
 
 
-@pytest.mark.parametrize(
-    "text", ["hello world\nNVRM: Xid (PCI:0000:19:00): 48, no timestamp\n", "{'json': 1}\n"]
-)
+@pytest.mark.parametrize("text", ["hello world\n12 + 3 = 15\n", "{'json': 1}\n"])
 def test_text_in_no_kernel_log_format_is_a_parse_error(text):
     with pytest.raises(ParseError, match="line 1: not a kernel log line"):
+        parser.parse(text)
+    assert parser.detect(text) is None
+
+
+def test_an_xid_line_without_timestamp_is_dmesg_t_not_refused():
+    """Once refused as no kernel log: `dmesg -t` prints exactly this line."""
+    text = "hello world\nNVRM: Xid (PCI:0000:19:00): 48, no timestamp\n"
+    assert [e["code"] for e in parser.parse(text)["events"]] == [48]
+    assert parser.detect(text) == "dmesg -t"
+
+
+@pytest.mark.parametrize("text", ["usb 1-1: new device\nverdict: PASS\n", "key: value\n"])
+def test_timestamp_free_lines_without_the_nvidia_driver_are_no_kernel_log(text):
+    """`subsystem: message` lines alone could be any text: never a clean kernel log."""
+    with pytest.raises(ParseError, match="none is the NVIDIA driver's"):
         parser.parse(text)
     assert parser.detect(text) is None
 
@@ -560,7 +573,7 @@ def finding(doc: dict, check: str) -> dict:
         (XID13, "WARN", "kernel_log", "WARN", "Xid 13 (graphics engine exception) on"),
         (PEERMEM, "WARN", "kernel_log", "WARN", "nvidia-peermem errors x7"),
         (FABRIC, "WARN", "fabric_manager", "WARN", "fabric manager error 12028"),
-        (KMSG, "PASS", "kernel_log", "PASS", "no SXIDs, peermem errors or XIDs"),
+        (KMSG, "PASS", "kernel_log", "PASS", "no SXIDs, GPU faults, peermem errors or XIDs"),
     ],
 )
 def test_triage_of_each_saved_log(path, verdict, check, status, words):
@@ -752,3 +765,226 @@ def test_triage_of_the_gb200_log_drains_and_resets():
     assert doc["verdict"] == "FAIL"
     failed = [f for f in doc["findings"] if f["status"] == "FAIL"]
     assert any("pending DRAIN_AND_RESET (4)" in f["message"] for f in failed), failed
+
+
+# ---------------------------------------------------------------- GPU faults without an Xid
+
+OFF_BUS = DATA / "nvsentinel155_dmesg_fallen_off_bus_no_xid.log"
+GSP = DATA / "ogkm1230_dmesg_gsp_heartbeat_memsys_timeout.log"
+WPR2 = DATA / "ogkm1230_dmesg_rminitadapter_gsp_wpr2.log"
+README_T = DATA / "nvidia_readme_knownissues_dmesg_t_xid79_rminit.log"
+SYMBOLS_T = DATA / "talos12108_dmesg_t_nvidia_unknown_symbol.log"
+TALOS_BAD = DATA / "talos6206_dmesg_rminitadapter_failed.log"
+TALOS_OK = DATA / "talos7043_dmesg_boot_extensions.log"
+POPOS = DATA / "popos3363_journal_xid79_fallen_off_bus.log"
+
+
+def faults_of(path: Path) -> list[tuple[str, str | None, str | None]]:
+    """(fault, bus id, driver GPU number) of every kernel fault a saved log reports."""
+    events = parser.parse(path.read_text())["events"]
+    return [(e["fault"], e["bus_id"], e["gpu"]) for e in events if e["kind"] == "fault"]
+
+
+@pytest.mark.parametrize(
+    ("path", "fmt", "found"),
+    [
+        (
+            OFF_BUS,
+            "dmesg",
+            [("fallen_off_bus", "00000000:B3:00.0", None), ("probe_failed", None, None)],
+        ),
+        (
+            GSP,
+            "dmesg",
+            [("gsp_heartbeat", None, "GPU6")] * 2
+            + [("memory_subsystem", None, "GPU6"), ("gsp_timeout", None, "GPU6")],
+        ),
+        (WPR2, "dmesg", [("rm_init_failed", "00000000:A1:00.0", None)] * 3),
+        (
+            README_T,
+            "dmesg -t",
+            [
+                ("fallen_off_bus", "00000000:09:00.0", None),
+                ("rm_init_failed", "00000000:09:00.0", None),
+            ],
+        ),
+        (SYMBOLS_T, "dmesg -t", []),
+        (TALOS_BAD, "talosctl dmesg", [("rm_init_failed", "00000000:01:00.0", None)]),
+        (TALOS_OK, "talosctl dmesg", []),
+        (POPOS, "journalctl -k", [("fallen_off_bus", "00000000:01:00.0", None)]),
+    ],
+    ids=lambda value: value.name if isinstance(value, Path) else None,
+)
+def test_kernel_faults_in_the_real_samples(path, fmt, found):
+    text = path.read_text()
+    assert parser.detect(text) == fmt and parser.parse(text)["format"] == fmt
+    assert faults_of(path) == found
+
+
+def test_a_gpu_off_the_bus_at_driver_load_with_no_xid_fails(tmp_path):
+    """Once a false PASS: no `NVRM: Xid` line, so nothing was judged."""
+    rc, doc = triage(str(OFF_BUS))
+    found = finding(doc, "kernel_log")
+    assert rc == 1 and found["status"] == "FAIL" and found["action"] == "REBOOT_NODE"
+    assert (
+        "GPU has fallen off the bus (kernel fault fallen_off_bus, no Xid) on 00000000:B3:00.0"
+        in found["message"]
+    )
+    assert "nvidia driver's probe of the GPU failed" in found["message"]
+    assert "reseat the GPU" in found["advice"]
+    # With the node's GPUs known, the GPU at b3:00 fails too, and the node names it.
+    facts = healthy_h100()
+    facts["gpus"][3]["pci_bus_id"] = "00000000:B3:00.0"
+    facts["kernel_log"] = live(evidence.kernel_log_evidence(OFF_BUS.read_text())["kernel_log"])
+    gpu3 = judge("xid_errors", facts, 3)
+    assert gpu3.status == "FAIL" and gpu3.action == "REBOOT_NODE"
+    assert gpu3.text.startswith("node17 gpu3") and "fallen_off_bus" in gpu3.text
+    assert "x1" in gpu3.text and '"The NVIDIA GPU 0000:b3:00.0' not in gpu3.text
+    assert judge("xid_errors", facts, 2).status == "PASS"
+    node = judge("kernel_log", facts)
+    assert node.status == "FAIL" and "on 00000000:B3:00.0 (gpu3)" in node.text
+
+
+def test_gsp_heartbeat_memory_subsystem_and_gsp_timeout_without_xid_fail():
+    """Once a false PASS: GPU6's GSP stopped answering, and no Xid line said so."""
+    rc, doc = triage(str(GSP))
+    found = finding(doc, "kernel_log")
+    assert rc == 1 and found["status"] == "FAIL" and found["action"] == "RESET_GPU"
+    for part in (
+        "GSP firmware heartbeat timed out (kernel fault gsp_heartbeat, no Xid) x2 "
+        "[24.302465 s after boot .. 24.302484 s after boot]",
+        "GPU memory subsystem error (kernel fault memory_subsystem, no Xid) x1",
+        "GSP RPC timeout (kernel fault gsp_timeout, no Xid) x1",
+        "on the driver's GPU6 (its number, not nvidia-smi's index",
+        '"NVRM: GPU6 _kgspIsHeartbeatTimedOut: Heartbeat timed out, currentTimeMs',
+    ):
+        assert part in found["message"], found["message"]
+    assert "reset the GPU" in found["advice"]
+
+
+def test_the_driver_gpu_number_takes_the_bus_id_an_xid_gave_it():
+    text = (
+        "[ 10.0] NVRM: GPU4 _kgspIsHeartbeatTimedOut: Heartbeat timed out, diff 6070\n"
+        "[ 11.0] NVRM: Xid (PCI:0000:9b:00): 119, pid=1, name=python, Timeout after 45s of "
+        "waiting for RPC response from GPU4 GSP! Expected function 76 (GSP_RM_CONTROL)\n"
+    )
+    events = parser.parse(text)["events"]
+    assert [(e["kind"], e["bus_id"]) for e in events] == [
+        ("fault", "00000000:9B:00.0"),
+        ("xid", "00000000:9B:00.0"),
+    ]
+
+
+def test_faults_in_the_window_are_counted_per_gpu_and_kind():
+    section = parser.summarise(parser.parse(GSP.read_text())["events"])
+    groups = [(g["kind"], g["fault"], g["gpu"], g["count"]) for g in section["counts"]]
+    assert groups == [
+        ("fault", "gsp_heartbeat", "GPU6", 2),
+        ("fault", "memory_subsystem", "GPU6", 1),
+        ("fault", "gsp_timeout", "GPU6", 1),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [(TALOS_BAD, "FAIL"), (TALOS_OK, "PASS"), (README_T, "FAIL"), (SYMBOLS_T, "PASS")],
+    ids=lambda value: value.name if isinstance(value, Path) else value,
+)
+def test_triage_of_talos_and_timestamp_free_logs(path, status):
+    rc, doc = triage(str(path))
+    assert rc == (1 if status == "FAIL" else 0)
+    assert finding(doc, "kernel_log")["status"] == status
+
+
+def test_the_fault_table_is_valid_and_every_entry_has_a_source():
+    from gpuhealth.families.kernel.checks import fault_table
+    from gpuhealth.families.kernel.parse_kernel_faults import FAULTS
+
+    assert set(fault_table()) == {f["name"] for f in FAULTS}
+    assert all(f["source"] for f in FAULTS)
+
+
+def test_the_probe_reads_kernel_faults_from_dmesg(tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    (root / "proc").mkdir(parents=True)
+    (root / "proc/uptime").write_text("2000.00 100.00\n")
+    tools(
+        tmp_path, monkeypatch, dmesg=f'[ "$1" = --time-format=iso ] && exit 1\n/bin/cat {OFF_BUS}\n'
+    )
+    section, errors = collect(root)
+    assert section["source"] == "dmesg" and errors == []
+    found = [(g["fault"], g["bus_id"], g["count"]) for g in section["counts"]]
+    assert found == [("fallen_off_bus", "00000000:B3:00.0", 1), ("probe_failed", None, 1)]
+
+
+# ---------------------------------------------------------------- kernel lines as pasted
+
+NOW_2024 = parser.epoch("2024-08-15T00:00:00Z")
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt", "when", "uptime"),
+    [
+        (f"kernel: {XID79}", "journalctl -k (time cut off)", None, None),
+        (f"node17 kernel: {XID79}", "journalctl -k (time cut off)", None, None),
+        (f"kernel: [ 966.503025] {XID79}", "journalctl -k (time cut off)", None, 966.503025),
+        (f"{XID79}", "dmesg -t", None, None),
+        (f"[Jul31 11:22] {XID79}", "dmesg -H", "2024-07-31T11:22:00", None),
+        (
+            f"[Jul31 11:22] usb 1-1: new device\n[  +1.500000] eth0: up\n[  +0.250000] {XID79}",
+            "dmesg -H",
+            "2024-07-31T11:22:01.750000",
+            None,
+        ),
+        (f"[  +0.000004] {XID79}", "dmesg -H", None, None),  # its base line was cut off
+        (
+            f"10.0.20.203: kern: warning: [2024-07-31T11:22:39.922855838Z]: {XID79}",
+            "talosctl dmesg",
+            "2024-07-31T11:22:39.922856Z",
+            None,
+        ),
+        (
+            f"Jul 31 11:22:39.123456 node17 kernel: {XID79}",
+            "journalctl -k",
+            "2024-07-31T11:22:39.123456",
+            None,
+        ),
+        (
+            f"Wed 2024-07-31 11:22:39 UTC node17 kernel: {XID79}",
+            "journalctl -k",
+            "2024-07-31T11:22:39Z",
+            None,
+        ),
+    ],
+    ids=[
+        "kernel-prefix",
+        "host-kernel-prefix",
+        "kernel-prefix-uptime",
+        "dmesg-t",
+        "dmesg-H",
+        "dmesg-H-relative",
+        "dmesg-H-no-base",
+        "talos",
+        "short-precise",
+        "short-full",
+    ],
+)
+def test_pasted_kernel_line_forms_give_the_same_xid(text, fmt, when, uptime):
+    parsed = parser.parse(text + "\n", now=NOW_2024)
+    assert parsed["format"] == fmt and parser.detect(text + "\n") == fmt
+    (event,) = [e for e in parsed["events"] if e["kind"] == "xid"]
+    assert (event["code"], event["bus_id"], event["time"], event["uptime_s"]) == (
+        79,
+        "00000000:3B:00.0",
+        when,
+        uptime,
+    )
+
+
+def test_a_multi_line_dmesg_record_keeps_its_time_on_every_line():
+    parsed = parser.parse(OFF_BUS.read_text())
+    (fault, _) = parsed["events"]
+    assert (fault["uptime_s"], fault["text"]) == (
+        1843.308145,
+        "NVRM: fallen off the bus and is not responding to commands.",
+    )

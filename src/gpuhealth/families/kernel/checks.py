@@ -1,8 +1,9 @@
 """Kernel-log checks: XIDs per GPU, what the log says about the node, fabric manager errors.
 
 The probe (or a saved log) gives event groups with exact counts; these checks keep the groups
-inside the profile's `xid_window_h` and judge them by the XID table below. The window ends
-where the log was read (live) or at the log's last entry (triage, which has no "now").
+inside the profile's `xid_window_h` and judge them by the XID table (xids.yml) and the table
+of GPU faults reported without an Xid (parse_kernel_faults). The window ends where the log
+was read (live) or at the log's last entry (triage, which has no "now").
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from gpuhealth.checks import CheckSet, NodeView, StopCheck, detail, need, requir
 from gpuhealth.families.gpu.checks import RECOVERY, UNKNOWN_RECOVERY
 from gpuhealth.families.gpu.schema import recovery_action_name
 from gpuhealth.families.kernel.limits import KernelLimits
-from gpuhealth.families.kernel.parse_kernel_log import epoch, stamp
+from gpuhealth.families.kernel.parse_kernel_faults import FAULTS
+from gpuhealth.families.kernel.parse_kernel_log import epoch, group_key, stamp
 from gpuhealth.results import Action, Result, Status, failed, passed, skipped
 
 CHECKS = CheckSet("kernel")
@@ -56,6 +58,24 @@ def xid_table() -> dict[int, Rule]:
         )
         for code, rule in table.xids.items()
     }
+
+
+class _FaultRule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    pattern: str
+    verdict: Literal["FAIL", "WARN"]
+    meaning: str
+    action: Action
+    advice: str
+    source: str
+
+
+@cache
+def fault_table() -> dict[str, Rule]:
+    """The kernel-fault table (parse_kernel_faults.FAULTS, validated) as rules by name."""
+    rules = [_FaultRule.model_validate(entry) for entry in FAULTS]
+    return {r.name: (Status(r.verdict), r.meaning, r.action, r.advice) for r in rules}
 
 
 _UNKNOWN_XID: Rule = (
@@ -108,12 +128,8 @@ class _Window:
             if self.holds(group["first"], group["first_uptime_s"]):
                 kept.append(group)
                 continue
-            key = (group["kind"], group["bus_id"], group["code"])
-            members = [
-                e
-                for e in self.log["events"] or []
-                if (e["kind"], e.get("bus_id"), e.get("code")) == key
-            ]
+            key = group_key(group)
+            members = [e for e in self.log["events"] or [] if group_key(e) == key]
             inside = [e for e in members if self.holds(e["time"], e["uptime_s"])]
             # The sample keeps each group's last events, but the 1000-event cap may cut them.
             first = inside[0] if inside else {"time": group["last"], "text": group["sample"]}
@@ -221,20 +237,55 @@ def _xid_findings(groups: list[dict[str, Any]], where: str = "") -> list[Found]:
     return found
 
 
+def _fault_findings(groups: list[dict[str, Any]], where: Any = None) -> list[Found]:
+    """Kernel faults reported without an Xid, each with the GPU it is on (`where` names it)."""
+    found: list[Found] = []
+    for group in groups:
+        status, meaning, action, advice = fault_table().get(
+            group.get("fault") or "", (FAIL, "GPU fault", Action.INSPECT, "read the log")
+        )
+        label = f"{meaning} (kernel fault {group.get('fault')}, no Xid)"
+        found.append(
+            (status, _describe(group, label + (where(group) if where else "")), action, advice)
+        )
+    return found
+
+
+def _fault_gpu(known: dict[str, int]) -> Any:
+    """The words that name a kernel fault's GPU in the node's message."""
+
+    def where(group: dict[str, Any]) -> str:
+        bus = group.get("bus_id")
+        if bus:
+            index = known.get(bus)
+            return f" on {bus}" + (f" (gpu{index})" if index is not None else "")
+        if group.get("gpu"):
+            return (
+                f" on the driver's {group['gpu']} (its number, not nvidia-smi's index; the log "
+                "gives no bus id for it)"
+            )
+        return " on a GPU the line does not name"
+
+    return where
+
+
 @CHECKS.gpu("xid_errors", "errors", section="kernel_log", in_use=True)
 def xid_errors(node: NodeView, gpu: dict[str, Any]) -> Result:
-    """No hardware XIDs for this GPU in the kernel log within the window (app XIDs warn)."""
+    """No hardware XIDs or kernel-reported faults (off the bus, GSP timeouts...) for this GPU
+    in the kernel log within the window (app XIDs warn)."""
     log = section(node, "kernel_log")
     _need_log(log, "the kernel log")
     bus = need(gpu, "pci_bus_id", "PCI bus id (to find the GPU's XIDs)")
     window = _Window(node, log)
     groups = [g for g in window.groups(("xid",)) if g["bus_id"] == bus.upper()]
-    return _judge(_xid_findings(groups), window, "no XIDs")
+    mine = [g for g in window.groups(("fault",)) if g["bus_id"] == bus.upper()]
+    return _judge(_xid_findings(groups) + _fault_findings(mine), window, "no XIDs or GPU faults")
 
 
 @CHECKS.node("kernel_log", "errors", section="kernel_log", in_use=True)
 def kernel_log(node: NodeView) -> Result:
-    """No XIDs of unknown GPUs, NVSwitch SXIDs or nvidia-peermem errors in the kernel log."""
+    """No XIDs of unknown GPUs, kernel-reported GPU faults, NVSwitch SXIDs or nvidia-peermem
+    errors in the kernel log."""
     require_nvidia(node, evidence_too=False)
     log = section(node, "kernel_log")
     _need_log(log, "the kernel log")
@@ -248,6 +299,9 @@ def kernel_log(node: NodeView) -> Result:
         ", which is none of the node's GPUs" if gpus else " (the evidence names no GPUs)"
     )
     found = _xid_findings(others, where)
+    # A GPU fault fails the node whichever GPU it is on: it may be the one the driver lost.
+    indexes = {g["pci_bus_id"].upper(): g.get("index") for g in gpus or [] if g.get("pci_bus_id")}
+    found += _fault_findings(window.groups(("fault",)), _fault_gpu(indexes))
     for group in window.groups(("sxid",)):
         label = f"NVSwitch SXid {group['code']} ({'fatal' if group.get('fatal') else 'non-fatal'})"
         text = _describe(group, f"{label} on {group['bus_id']}")
@@ -279,7 +333,9 @@ def kernel_log(node: NodeView) -> Result:
             )
         )
     mapped = f" ({len(mine)} XID kinds on the node's GPUs are for xid_errors)" if mine else ""
-    return _judge(found, window, f"no SXIDs, peermem errors or XIDs of unknown GPUs{mapped}")
+    return _judge(
+        found, window, f"no SXIDs, GPU faults, peermem errors or XIDs of unknown GPUs{mapped}"
+    )
 
 
 @CHECKS.node("fabric_manager", "nvlink", section="fabric_manager", in_use=True)

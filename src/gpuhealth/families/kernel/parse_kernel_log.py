@@ -2,13 +2,17 @@
 
 Kernel logs reach us in many shapes: the probe reads `journalctl -k -o short-iso`,
 `dmesg --time-format=iso`, plain `dmesg` or /dev/kmsg, and tickets carry `dmesg -T`,
-`dmesg --decode`, `journalctl -k` (syslog-style) or /var/log/kern.log. Every line is
-recognised by its timestamp prefix; the message is searched for:
+`dmesg -H`, `dmesg -t`, `dmesg --decode`, `journalctl -k` (syslog-style, `-o short-precise`,
+`-o short-full`, or with its time and host cut off: `kernel: NVRM: ...`), /var/log/kern.log
+or `talosctl dmesg`. Every line is recognised by its prefix; lines indented under one continue
+its record (dmesg prints a multi-line message so). The message is searched for:
 
 - XIDs: `NVRM: Xid (PCI:0000:19:00): 48, pid=..., name=..., <text>`
 - NVSwitch SXIDs: `nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 20034, Fatal, <text>` (the
   `Severity ...` and `Data {...}` lines that follow an SXID repeat it and are not counted)
 - nvidia-peermem errors: `nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected ...`
+- GPU faults without an Xid line (parse_kernel_faults: fallen off the bus, GSP heartbeat and
+  RPC timeouts, RmInitAdapter failures...), with the GPU's bus id where the report names it
 
 Everything else in a kernel log is someone else's business and yields nothing. Times become
 canonical strings (`2024-11-15T12:02:03.470068Z`, or without the `Z` when the log gives no
@@ -22,6 +26,7 @@ import re
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from gpuhealth.families.kernel import parse_kernel_faults as faults
 from gpuhealth.parsing import ParseError
 
 _SKEW_S = 86400  # a node's clock may run ahead of the controller's; more is not a real time
@@ -39,9 +44,25 @@ DMESG_T = "dmesg -T"
 DMESG_ISO = "dmesg --time-format=iso"
 DMESG_DECODE_ISO = "dmesg --decode --time-format=iso"
 KMSG = "/dev/kmsg"
+DMESG_H = "dmesg -H"
+DMESG_NO_TIME = "dmesg -t"
 JOURNAL = "journalctl -k"
 JOURNAL_ISO = "journalctl -k -o short-iso"
-FORMATS = (DMESG, DMESG_T, DMESG_ISO, DMESG_DECODE_ISO, KMSG, JOURNAL, JOURNAL_ISO)
+JOURNAL_CUT = "journalctl -k (time cut off)"
+TALOS = "talosctl dmesg"
+FORMATS = (
+    DMESG,
+    DMESG_T,
+    DMESG_ISO,
+    DMESG_DECODE_ISO,
+    DMESG_H,
+    KMSG,
+    JOURNAL,
+    JOURNAL_ISO,
+    JOURNAL_CUT,
+    TALOS,
+    DMESG_NO_TIME,
+)
 
 _KMSG_RE = re.compile(r"(\d{1,20}),(\d{1,20}),(\d{1,20}),[^;]*;(.*)")
 _KMSG_DICT_RE = re.compile(r" [A-Z_]+=")  # /dev/kmsg continuation lines (SUBSYSTEM=pci ...)
@@ -54,7 +75,25 @@ _ISO_RE = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?"
     r"(Z|[+-]\d{2}:?\d{2})? (.*)"
 )
-_SYSLOG_RE = re.compile(r"(\w{3}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (.*)")
+_SYSLOG_RE = re.compile(r"(\w{3}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))? (.*)")
+# journalctl -o short-full: "Tue 2024-11-26 10:01:02 UTC host kernel: msg"
+_FULL_RE = re.compile(
+    r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})"
+    r"(?:\.(\d{1,9}))? ([A-Z]{1,5}|[+-]\d{4}) (.*)"
+)
+# A journal line whose time (and host) were cut off: "kernel: NVRM: Xid ...".
+_CUT_RE = re.compile(r"(?:[^\s:\[]{1,255} )?kernel: (?:\[ *(\d{1,12}\.\d{1,9})\] )?(.*)")
+# dmesg -H: "[Nov26 10:01] msg" when the minute changes, "[  +0.000004] msg" (since the last).
+_HUMAN_RE = re.compile(r"\[(\w{3}) ?(\d{1,2}) (\d{2}):(\d{2})(?::(\d{2}))?\] ?(.*)")
+_DELTA_RE = re.compile(r"\[ *\+(\d{1,12}\.\d{1,9})\] ?(.*)")
+# talosctl dmesg: "<node>: kern: warning: [2026-04-22T21:27:51.291213998Z]: msg"
+_TALOS_RE = re.compile(
+    r"[^\s:]{1,255}: [a-z]{1,10}: {1,8}[a-z]{1,10}: \[(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):"
+    r"(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:?\d{2})\]: (.*)"
+)
+# dmesg -t: no timestamp, only "subsystem: msg" or "driver device: msg" lines.
+_BARE_RE = re.compile(r"[A-Za-z_][\w.\-]{0,40}(?: [\w:.\-]{1,40})?: .*")
+_NVIDIA_RE = re.compile(r"NVRM|nvidia", re.IGNORECASE)
 # "host kernel: msg" after a journal/syslog timestamp; the kernel's own [uptime] may follow.
 _IDENT_RE = re.compile(r"\S+ [^\s:\[]+(?:\[\d+\])?: (?:\[ *(\d{1,12}\.\d{1,9})\] )?(.*)")
 _JOURNAL_META_RE = re.compile(r"-- .* --")  # "-- Boot 3f.. --", "-- No entries --"
@@ -164,16 +203,17 @@ def _syslog_year(month: int, day: int, now: float) -> int:
 Split = Tuple[str, Optional[str], Optional[float], str]
 
 
-def _split_line(line: str, now: float) -> Optional[Split]:
+def _split_line(line: str, now: float, clock: List[Optional[float]]) -> Optional[Split]:
     """(format, time, uptime_s, message) of one kernel log line, or None when unrecognised
-    (a date that does not exist, such as month 13, is no timestamp)."""
+    (a date that does not exist, such as month 13, is no timestamp). `clock` carries the time
+    of the last `dmesg -H` line, which the next relative one adds to."""
     try:
-        return _split(line, now)
+        return _split(line, now, clock)
     except (ValueError, OverflowError):
         return None
 
 
-def _split(line: str, now: float) -> Optional[Split]:
+def _split(line: str, now: float, clock: List[Optional[float]]) -> Optional[Split]:
     match = _KMSG_RE.fullmatch(line)
     if match:
         return KMSG, None, int(match.group(3)) / 1e6, match.group(4)
@@ -199,17 +239,62 @@ def _split(line: str, now: float) -> Optional[Split]:
             uptime = float(ident.group(1)) if ident.group(1) else None
             return JOURNAL_ISO, when, uptime, ident.group(2)
         return DMESG_DECODE_ISO if decoded else DMESG_ISO, when, None, message
-    match = _SYSLOG_RE.fullmatch(body)
-    if match and match.group(1) in _MONTHS and not decoded:
-        month, day, hour, minute, second, rest = match.groups()
-        ident = _IDENT_RE.fullmatch(rest)
-        if ident:
-            number, day_number = _MONTHS[month], int(day)
-            year = _syslog_year(number, day_number, now)
-            when = _civil(year, number, day_number, int(hour), int(minute), int(second))
-            uptime = float(ident.group(1)) if ident.group(1) else None
-            return JOURNAL, when, uptime, ident.group(2)
+    if decoded:
+        return None
+    return _split_other(body, now, clock)
+
+
+def _split_other(body: str, now: float, clock: List[Optional[float]]) -> Optional[Split]:
+    """The forms people paste besides dmesg's and journald's defaults (see the docstring)."""
+    match = _SYSLOG_RE.fullmatch(body) or _FULL_RE.fullmatch(body)
+    if match and match.re is _SYSLOG_RE and match.group(1) in _MONTHS:
+        month, day, hour, minute, second, fraction, rest = match.groups()
+        number, day_number = _MONTHS[month], int(day)
+        year = _syslog_year(number, day_number, now)
+        numbers = (year, number, day_number, int(hour), int(minute), int(second))
+        return _journal(JOURNAL, _civil(*numbers, fraction=fraction), rest)
+    if match and match.re is _FULL_RE:
+        zone = match.group(8)
+        utc = "Z" if zone in ("UTC", "GMT") else zone if zone[0] in "+-" else None
+        return _journal(JOURNAL, _dated(match, utc), match.group(9))
+    match = _TALOS_RE.fullmatch(body)
+    if match:
+        return TALOS, _dated(match, match.group(8)), None, match.group(9)
+    match = _HUMAN_RE.fullmatch(body)
+    if match and match.group(1) in _MONTHS:
+        month, day, hour, minute, second, message = match.groups()
+        number, day_number = _MONTHS[month], int(day)
+        year = _syslog_year(number, day_number, now)
+        when = _civil(year, number, day_number, int(hour), int(minute), int(second or 0))
+        clock[0] = epoch(when)
+        return DMESG_H, when, None, message
+    match = _DELTA_RE.fullmatch(body)
+    if match:
+        if clock[0] is None:  # relative to a line that is not there: no time
+            return DMESG_H, None, None, match.group(2)
+        clock[0] += float(match.group(1))
+        return DMESG_H, stamp(clock[0], utc=False), None, match.group(2)
+    match = _CUT_RE.fullmatch(body)
+    if match:
+        return JOURNAL_CUT, None, float(match.group(1)) if match.group(1) else None, match.group(2)
+    if _BARE_RE.fullmatch(body):
+        return DMESG_NO_TIME, None, None, body
     return None
+
+
+def _dated(match: Any, zone: Optional[str]) -> str:
+    """The canonical time of a match whose groups 1-7 are year .. second and fraction."""
+    year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+    return _civil(year, month, day, hour, minute, second, match.group(7), zone)
+
+
+def _journal(name: str, when: str, rest: str) -> Optional[Split]:
+    """A journal/syslog line's parts, if "host ident: " follows its time."""
+    ident = _IDENT_RE.fullmatch(rest)
+    if ident is None:
+        return None
+    uptime = float(ident.group(1)) if ident.group(1) else None
+    return name, when, uptime, ident.group(2)
 
 
 def _event(message: str) -> Optional[Dict[str, Any]]:
@@ -250,6 +335,17 @@ def _event(message: str) -> Optional[Dict[str, Any]]:
             "device": device,
             "text": text.strip(),
         }
+    fault = faults.find(message)
+    if fault is not None:
+        bus = faults.bus_in(message)
+        return {
+            "kind": "fault",
+            "fault": fault,
+            "bus_id": bus_id(bus) if bus else None,
+            "gpu": faults.label_in(message),
+            "code": None,
+            "text": message.strip()[:300],
+        }
     peermem = message.find("nvidia-peermem")
     if peermem >= 0 and _ERROR_WORD_RE.search(message, peermem):
         return {"kind": "peermem", "text": message.strip()}
@@ -267,14 +363,19 @@ def detect(text: str) -> Optional[str]:
     """The kernel log format of a text (by its first lines), or None if it is not one."""
     head = _lines(text[:65536])[:50]
     seen: Dict[str, int] = {}
+    clock: List[Optional[float]] = [None]
     for line in head:
         if _JOURNAL_META_RE.fullmatch(line) or _KMSG_DICT_RE.match(line):
             continue
-        found = _split_line(line, time.time())
+        if line[0] in " \t" and seen:  # continues the record above
+            continue
+        found = _split_line(line, time.time(), clock)
         if found:
             seen[found[0]] = seen.get(found[0], 0) + 1
     if not seen or sum(seen.values()) * 2 < len(head):
         return None
+    if set(seen) == {DMESG_NO_TIME} and not _NVIDIA_RE.search(text):
+        return None  # without timestamps, only the NVIDIA driver's lines say "kernel log"
     return max(seen, key=lambda name: seen[name])
 
 
@@ -298,14 +399,24 @@ def parse(text: str, now: Optional[float] = None) -> Dict[str, Any]:
     newest_uptime: Optional[float] = None
     future = 0
     first_unknown = None
+    clock: List[Optional[float]] = [None]
+    previous: Optional[Split] = None
+    opened: Tuple[Optional[str], int] = (None, 0)  # "The NVIDIA GPU <bus>" and its line
+    labels: Dict[str, str] = {}  # the driver's "GPU6" -> the bus id a line gave it
     for number, line in enumerate(_lines(text), 1):
         if _JOURNAL_META_RE.fullmatch(line) or _KMSG_DICT_RE.match(line):
             continue
-        found = _split_line(line, now)
+        if line[0] in " \t" and previous is not None:
+            # dmesg and journalctl indent the further lines of a multi-line record
+            found: Optional[Split] = ("", previous[1], previous[2], line.strip())
+        else:
+            found = _split_line(line, now, clock)
         if found is None:
             first_unknown = first_unknown or (number, line)
             # A report whose timestamp is garbled is still a report: kept with no time.
             found = ("", None, None, line)
+        else:
+            previous = found
         name, when, uptime, message = found
         if name:
             formats[name] = formats.get(name, 0) + 1
@@ -320,11 +431,20 @@ def parse(text: str, now: Optional[float] = None) -> Dict[str, Any]:
             else:
                 newest_uptime = uptime
         event = _event(message)
+        if "NVRM" in message:
+            opened = _note_gpu(message, number, opened, labels)
         if event is not None:
+            if event["kind"] == "fault" and event["bus_id"] is None and number - opened[1] <= 2:
+                event["bus_id"] = opened[0]  # the report's first line named the GPU
             events.append({**event, "time": when, "uptime_s": uptime})
     if not formats and first_unknown is not None:
         number, line = first_unknown
         raise ParseError(f"line {number}: not a kernel log line: {line[:120]!r}")
+    if set(formats) == {DMESG_NO_TIME} and not _NVIDIA_RE.search(text):
+        raise ParseError(
+            "no line has a timestamp and none is the NVIDIA driver's: not taken for a kernel log"
+        )
+    faults.attribute(events, labels)
     return {
         "format": max(formats, key=lambda name: formats[name]) if formats else None,
         "events": events,
@@ -332,6 +452,20 @@ def parse(text: str, now: Optional[float] = None) -> Dict[str, Any]:
         "newest_uptime_s": newest_uptime,
         "future_lines": future,
     }
+
+
+def _note_gpu(
+    message: str, number: int, opened: Tuple[Optional[str], int], labels: Dict[str, str]
+) -> Tuple[Optional[str], int]:
+    """Learn from an NVRM message which GPU later lines mean: the bus id a multi-line report
+    opens with, and the bus id of a driver GPU number ("GPU4") a line names both of."""
+    start = faults.opener(message)
+    if start is not None:
+        return bus_id(start), number
+    bus, label = faults.bus_in(message), faults.label_in(message)
+    if bus is not None and label is not None:
+        labels.setdefault(label, bus_id(bus))
+    return opened
 
 
 def detect_fabric_manager(text: str) -> bool:
@@ -399,14 +533,22 @@ def _moment(event: Dict[str, Any]) -> Optional[float]:
     return epoch(event["time"]) if event["time"] is not None else event["uptime_s"]
 
 
-def _group_key(event: Dict[str, Any]) -> tuple:
-    return (event["kind"], event.get("bus_id") or "", event.get("code") or 0)
+def group_key(event: Dict[str, Any]) -> tuple:
+    """What an event is counted with: its kind, bus id and code (XIDs, SXIDs) or fault name
+    and the driver's GPU number (kernel faults); a group carries the same fields."""
+    return (
+        event["kind"],
+        event.get("bus_id") or "",
+        event.get("code") or 0,
+        event.get("fault") or "",
+        event.get("gpu") or "",
+    )
 
 
 def summarise(
     events: List[Dict[str, Any]], keep_per_group: int = 10, keep_total: int = 1000
 ) -> Dict[str, Any]:
-    """Exact counts per (kind, bus id, code) and a capped sample of the events themselves.
+    """Exact counts per group_key and a capped sample of the events themselves.
 
     A log with 600 application XIDs must not drown one XID 79 nor bloat the facts: each group
     keeps its first and last `keep_per_group // 2` events (at most `keep_total` in all, in log
@@ -416,7 +558,7 @@ def summarise(
     members: Dict[tuple, List[int]] = {}
     spans: Dict[tuple, List[Optional[float]]] = {}
     for position, event in enumerate(events):
-        key = _group_key(event)
+        key = group_key(event)
         group = groups.get(key)
         if group is None:
             group = groups[key] = {
@@ -429,6 +571,8 @@ def summarise(
                 "sample": event["text"],
                 "processes": [],
             }
+            if event["kind"] == "fault":
+                group.update(fault=event["fault"], gpu=event["gpu"])
             members[key] = []
         group["count"] += 1
         # First and last in time, not in log order: an older copy of a line after a newer one
