@@ -93,6 +93,11 @@ _PRINTED = {
     "health/accesstimeoutrecovery": "access_timeout_recovery",
     "health/incorrectconfiguration": "incorrect_configuration",
 }
+# The Health lines by their own label: no other line of the block has these labels, so one
+# whose "Health" title a paste lost (it then sits under the line above) is still read.
+_HEALTH_LABELS = {
+    label.partition("/")[2]: key for label, key in _PRINTED.items() if label.startswith("health/")
+}
 _FLAGS = ("route_recovery_in_progress", "route_unhealthy", "access_timeout_recovery")
 
 Reason = Tuple[str, str]  # (unavailable kind, detail)
@@ -173,7 +178,8 @@ def from_printed(
         return None, reason or ("error", f"nvidia-smi printed {value!r} for the Fabric block")
     raw: Dict[str, str] = {}
     for path, value in block.items():
-        key = _PRINTED.get("/".join(norm(part) for part in path.split("/")))
+        parts = [norm(part) for part in path.split("/")]
+        key = _PRINTED.get("/".join(parts)) or _HEALTH_LABELS.get(parts[-1])
         if key is not None:
             raw.setdefault(key, value)
     state_raw = raw.get("state")

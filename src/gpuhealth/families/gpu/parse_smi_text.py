@@ -41,6 +41,8 @@ _GPU_HEADER = re.compile(
     r"^GPU\s+(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])$"
 )
 _BANNER = re.compile(r"^=+\s*NVSMI LOG\s*=+$")
+# Terminal colour and cursor codes (CSI sequences) a paste from a terminal can carry.
+_ESCAPE = re.compile(r"\x1b\[[0-9;?]{0,32}[ -/]{0,4}[@-~]")
 
 # Canonical field -> label paths below "GPU ..." (compared normalised), first present wins.
 _FIELDS: Dict[str, Tuple[str, ...]] = {
@@ -128,7 +130,7 @@ def _tree(text: str) -> Tuple[_Node, Optional[int]]:
     stack = [root]
     first_line: Optional[int] = None
     for number, line in enumerate(text.splitlines(), start=1):
-        line = line.expandtabs(4).rstrip()
+        line = _ESCAPE.sub("", line).expandtabs(4).rstrip()
         content = line.strip()
         if not content or _BANNER.match(content):
             continue
@@ -374,3 +376,107 @@ def parse_fabric_fragment(text: str) -> Dict[str, Any]:
     for key in ("version", "cuda_driver_version", "nvml_version"):
         mark_unavailable(driver, key, *_FRAGMENT_MISSING)
     return {"driver": driver, "gpu_count": None, "gpus": gpus, "errors": []}
+
+
+# The sections of a GPU in `nvidia-smi -q` that people grep out and paste on their own
+# (`nvidia-smi -q | grep -A10 "Clocks Event Reasons"`), compared normalised.
+FRAGMENT_TITLES = frozenset(
+    norm(title)
+    for title in (
+        "Clocks Event Reasons",
+        "Clocks Throttle Reasons",
+        "Clocks",
+        "Max Clocks",
+        "Applications Clocks",
+        "Default Applications Clocks",
+        "ECC Mode",
+        "ECC Errors",
+        "Retired Pages",
+        "Remapped Rows",
+        "Temperature",
+        "GPU Power Readings",
+        "Power Readings",
+        "FB Memory Usage",
+        "Utilization",
+        "PCI",
+        "Processes",
+    )
+)
+# "Performance State : P0" and the GPU's other one-line fields, pasted beside its sections.
+_TOP_FIELDS = frozenset(
+    path for paths in _NORM_FIELDS.values() for path in paths if "/" not in path
+)
+_FRAGMENT_MISSING_Q = Unavailable("absent", "not in the pasted lines of nvidia-smi -q")
+
+
+def _pasted_lines(text: str) -> List[str]:
+    """The text without what a paste adds around grep's output: the command line, grep's
+    "--" group separators and terminal escape codes."""
+    kept = []
+    for line in text.splitlines():
+        plain = _ESCAPE.sub("", line)
+        stripped = plain.strip()
+        if stripped == "--" or (stripped.startswith(("$", "#")) and "nvidia-smi" in stripped):
+            kept.append("")
+        else:
+            kept.append(plain)
+    return kept
+
+
+def looks_like_fragment(text: str) -> bool:
+    """Sections of one GPU of `nvidia-smi -q` pasted without the rest: the first line is a
+    section title (or a "GPU <bus id>" header) with an indented "Key : Value" line below."""
+    lines = [line for line in _pasted_lines(text[:65536]) if line.strip()][:2]
+    if len(lines) < 2:
+        return False
+    title, first = lines[0].expandtabs(4), lines[1].expandtabs(4)
+    if _key_value(title.strip())[1] is not None or _key_value(first.strip())[1] is None:
+        return False
+    deeper = len(first) - len(first.lstrip()) > len(title) - len(title.lstrip())
+    return deeper and (
+        norm(title) in FRAGMENT_TITLES or _GPU_HEADER.match(title.strip()) is not None
+    )
+
+
+def parse_fragment(text: str) -> Dict[str, Any]:
+    """Facts (driver, gpu_count, gpus, errors) from sections of `nvidia-smi -q` pasted on their
+    own, as grep prints them, with or without their indentation.
+
+    With its "GPU <bus id>" header a fragment is read as nvidia-smi -q. Without it, the GPUs are
+    told apart by their sections: a section a GPU already has starts the next GPU (grep -A of
+    an 8-GPU node prints 8 blocks), numbered in order, bus id unknown. What the lines do not
+    show is "absent", so its checks say "not evaluated". Raises ParseError for a line that is
+    no section of a GPU.
+    """
+    kept = "\n".join(_pasted_lines(text))
+    if not kept.strip():
+        raise ParseError("line 1: empty input, expected sections of nvidia-smi -q")
+    root, _ = _tree(kept)
+    if any(_GPU_HEADER.match(child.key) for child in root.children if child.value is None):
+        return parse(kept)
+    groups: List[List[_Node]] = [[]]
+    for child in root.children:
+        key = norm(child.key)
+        if key not in (_TOP_FIELDS if child.value is not None else FRAGMENT_TITLES):
+            raise ParseError(
+                f"line {child.line}: {child.key[:60]!r} is not a section of a GPU in "
+                "nvidia-smi -q (paste whole sections, or the whole output)"
+            )
+        if any(norm(other.key) == key for other in groups[-1]):
+            groups.append([])  # this GPU has the section already: the next GPU's begins
+        groups[-1].append(child)
+    if len(groups) > MAX_ATTACHED:
+        raise ParseError(f"{len(groups)} GPUs' sections: more GPUs than a node holds")
+    raws, fabrics = [], []
+    for group in groups:
+        gpu = _Node("", None, 0, -1)
+        gpu.children = group
+        raw = _raw_gpu(gpu, "")
+        raw.fields.pop("pci_bus_id")  # no header pasted: the bus id is unknown, not empty
+        raws.append(raw)
+        fabrics.append(_section(gpu, "Fabric"))
+    doc = assemble(PROBE_TEXT, raws, (None, None, None), _FRAGMENT_MISSING_Q)
+    parse_fabric.attach(doc["gpus"], fabrics, None, _FRAGMENT_MISSING_Q)
+    for key in ("version", "cuda_driver_version"):
+        doc["driver"]["unavailable"][key]["detail"] = _FRAGMENT_MISSING_Q.detail
+    return doc
