@@ -290,7 +290,8 @@ def parse(text: str) -> Dict[str, Any]:
             raw.processes = processes.get(index, [])
         gpu, more = build_gpu(index, raw, driver_version=table.driver, missing=ABSENT)
         _ecc(gpu, raw.fields["ecc_volatile_uncorrected"])
-        mark_unavailable(gpu, "fabric", *ABSENT)
+        for key in ("fabric", "nvlink"):
+            mark_unavailable(gpu, key, *ABSENT)
         if raw.fields.get("name") is None and row.rows[0][0].split()[1:-1]:
             shown = " ".join(row.rows[0][0].split()[1:-1])
             mark_unavailable(gpu, "name", *_name_reason(shown))

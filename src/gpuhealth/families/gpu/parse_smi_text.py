@@ -430,12 +430,12 @@ def looks_like_fragment(text: str) -> bool:
     if len(lines) < 2:
         return False
     title, first = lines[0].expandtabs(4), lines[1].expandtabs(4)
-    if _key_value(title.strip())[1] is not None or _key_value(first.strip())[1] is None:
-        return False
-    deeper = len(first) - len(first.lstrip()) > len(title) - len(title.lstrip())
-    return deeper and (
-        norm(title) in FRAGMENT_TITLES or _GPU_HEADER.match(title.strip()) is not None
-    )
+    if len(first) - len(first.lstrip()) <= len(title) - len(title.lstrip()):
+        return False  # the line below a title is indented deeper
+    if _GPU_HEADER.match(title.strip()):
+        return True
+    valued = _key_value(first.strip())[1] is not None
+    return valued and _key_value(title.strip())[1] is None and norm(title) in FRAGMENT_TITLES
 
 
 def parse_fragment(text: str) -> Dict[str, Any]:
