@@ -6,6 +6,9 @@ outcome the parser must give instead.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import re
 from typing import Any
@@ -630,3 +633,36 @@ def test_a_gpu_numa_id_that_is_no_number_is_refused(value, message):
     lines[row] = lines[row].rstrip().rsplit(None, 1)[0] + "     " + value
     with pytest.raises(ParseError, match=re.escape(message)):
         parse_topo.parse("\n".join(lines) + "\n")
+
+
+def _unhealthy_fabric_lines() -> str:
+    from selftest.test_nvfabric import GPU_TEXT, TRAY_BUSES, grep_after
+
+    text = GPU_TEXT.format(bus=TRAY_BUSES[0], guid=1, summary="Unhealthy", route_unhealthy="True")
+    return grep_after(text, "Fabric", 12)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("        Health\n", ""),
+        ("            Summary", "\x1b[0m            Summary"),
+    ],
+    ids=["health-title-lost", "escape-code"],
+)
+def test_pasted_fabric_lines_that_still_say_unhealthy_fail(tmp_path, old, new):
+    """Found by a mutation campaign: a GB200 Fabric paste whose `Health` title line was lost
+    (its lines then sit under ClusterUUID), or with a terminal escape code before `Summary`
+    (the line then leaves the block), came out PASS: health "not evaluated" although
+    `Summary : Unhealthy` and `Route Unhealthy : True` were still there."""
+    text = _unhealthy_fabric_lines()
+    assert old in text
+    path = tmp_path / "fabric.txt"
+    path.write_text(text.replace(old, new, 1))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = cli.main(["triage", str(path), "--profile", "gb200", "--json"])
+    found = json.loads(out.getvalue())["findings"]
+    (health,) = [f for f in found if f["check"] == "nvlink_fabric_health" and f["gpu"] == 0]
+    assert rc == 1 and health["status"] == "FAIL", health
+    assert "route unhealthy" in health["message"]
