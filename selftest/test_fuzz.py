@@ -28,9 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuhealth import cli
-from gpuhealth.families.dcgm import parse_dcgm
-from gpuhealth.families.fabric import parse_fi_info, parse_rdma
-from gpuhealth.families.gpu import parse_nvlink, parse_smi_text, parse_smi_xml
+from gpuhealth.families.dcgm import parse_dcgm, parse_dcgm_table
+from gpuhealth.families.fabric import parse_fi_info, parse_ibstat, parse_rdma
+from gpuhealth.families.gpu import parse_nvlink, parse_smi_table, parse_smi_text, parse_smi_xml
 from gpuhealth.families.gpud import parse_gpud
 from gpuhealth.families.imex import parse_imex_ctl
 from gpuhealth.families.kernel import parse_kernel_log
@@ -116,8 +116,23 @@ TARGETS: dict[str, tuple[list[str], Callable[[str], None], bool]] = {
         parses_or_refuses(parse_nvlink.parse_status),
         False,
     ),
+    "nvidia-smi nvlink pasted": (
+        texts("nvidia-smi/gpud_a100_nvlink_status.txt", "nvidia-smi/nvlink-*.txt"),
+        parses_or_refuses(parse_nvlink.looks_like_pasted, parse_nvlink.parse_pasted),
+        False,
+    ),
+    "nvidia-smi table": (
+        texts("nvidia-smi/table_*.txt"),
+        parses_or_refuses(parse_smi_table.parse),
+        False,
+    ),
+    "nvidia-smi -q sections": (
+        texts("nvidia-smi/q-fragment_*.txt"),
+        parses_or_refuses(parse_smi_text.looks_like_fragment, parse_smi_text.parse_fragment),
+        False,
+    ),
     "kernel log": (
-        texts("dmesg/*dmesg*.log", "dmesg/*kmsg*.log"),
+        texts("dmesg/*dmesg*.log", "dmesg/*kmsg*.log", "dmesg/*journal*.log"),
         parses_or_refuses(parse_kernel_log.detect, parse_kernel_log.parse),
         False,
     ),
@@ -130,6 +145,13 @@ TARGETS: dict[str, tuple[list[str], Callable[[str], None], bool]] = {
     ),
     "fi_info": (texts("efa/*.txt"), parses_or_refuses(_fi_info), False),
     "rdma sysfs": (texts(IB + "state", IB + "rate", IB + "phys_state"), _rdma, False),
+    "ibstat, ibv_devinfo": (
+        texts("efa/*ibstat*.txt", "efa/*ibv_devinfo*.txt"),
+        parses_or_refuses(
+            parse_ibstat.looks_like_ibstat, parse_ibstat.looks_like_ibv_devinfo, parse_ibstat.parse
+        ),
+        False,
+    ),
     "numactl": (texts("system/numactl/*"), parses_or_refuses(parse_numactl.parse_hardware), False),
     "/proc": (
         texts("system/*/proc/meminfo", "system/*/proc/modules"),
@@ -148,6 +170,16 @@ TARGETS: dict[str, tuple[list[str], Callable[[str], None], bool]] = {
         True,
     ),
     "dcgmi health": (texts("dcgm/*health*.json"), parses_or_refuses(parse_dcgm.parse_health), True),
+    "dcgmi diag table": (
+        texts("dcgm/*diag*table*.txt"),
+        parses_or_refuses(parse_dcgm_table.looks_like_diag, parse_dcgm_table.parse_diag),
+        False,
+    ),
+    "dcgmi health table": (
+        texts("dcgm/*health_c_table*.txt"),
+        parses_or_refuses(parse_dcgm_table.looks_like_health, parse_dcgm_table.parse_health),
+        False,
+    ),
     "gpud": (texts("gpud/*.json"), parses_or_refuses(_gpud), True),
     "nvidia-imex-ctl -N": (texts("imex/*.txt"), parses_or_refuses(parse_imex_ctl.parse), False),
 }
@@ -216,6 +248,14 @@ def _on_gpu2(text: str, old: str, new: str) -> str:
     return text[:start] + block.replace(old, new, 1) + text[end:]
 
 
+def _table_with_uncorrected_ecc() -> str:
+    """The healthy H100 table with 2 volatile uncorrected ECC errors on gpu2."""
+    text = (DATA / "nvidia-smi/table_h100x8_550.90.07_gpud.txt").read_text()
+    row = "|   2  NVIDIA H100 80GB HBM3          On  |   00000000:4C:00.0 Off |"
+    assert row + "                    0 |" in text
+    return text.replace(row + "                    0 |", row + "                    2 |")
+
+
 def _imex_node_down() -> str:
     """The 18-node IMEX domain with node #5 down, as IMEX shows a peer whose daemon is gone:
     UNAVAILABLE, and I for every connection to and from it."""
@@ -269,6 +309,25 @@ def _faults() -> dict[str, tuple[str, tuple[str, ...], str, str | None]]:
             # another, unknown XID (a WARN), not the fault's line destroyed.
             "NVRM: Xid (PCI:0000:19:00): 48,",
         ),
+        # GPU faults without an Xid line (kernel_faults): the fault's words are its evidence.
+        "gpu-off-bus-no-xid": (
+            (DATA / "dmesg/nvsentinel155_dmesg_fallen_off_bus_no_xid.log").read_text(),
+            (),
+            "kernel_log",
+            "fallen off the bus",
+        ),
+        "gsp-heartbeat-no-xid": (
+            (DATA / "dmesg/ogkm1230_dmesg_gsp_heartbeat_memsys_timeout.log").read_text(),
+            (),
+            "kernel_log",
+            "Heartbeat timed out",
+        ),
+        "talos-rminitadapter": (
+            (DATA / "dmesg/talos6206_dmesg_rminitadapter_failed.log").read_text(),
+            (),
+            "kernel_log",
+            "RmInitAdapter failed",
+        ),
         "nccl-wrong": (corrupt_row, ("--nodes", "1"), "nccl_data_integrity", None),
         "nccl-out-of-bounds": (
             (DATA / "nccl-tests/nccltests_issue37_8xV100_all_gather_legacy.txt").read_text(),
@@ -277,6 +336,38 @@ def _faults() -> dict[str, tuple[str, tuple[str, ...], str, str | None]]:
             None,
         ),
         "imex-node-not-ready": (_imex_node_down(), (), "imex_domain", None),
+        "nccl-aborted": (
+            (
+                DATA / "nccl-tests/nccltests_issue264_8xH100_aborted_system_not_yet_initialized.txt"
+            ).read_text(),
+            ("--nodes", "1"),
+            "nccl_data_integrity",
+            None,
+        ),
+        "dcgm-diag-table-fail": (
+            (DATA / "dcgm/nccltests_issue264_dcgmi_diag_r3_table_gpu_memory_fail.txt").read_text(),
+            (),
+            "dcgm_diag",
+            None,
+        ),
+        "table-uncorrected-ecc-gpu2": (
+            _table_with_uncorrected_ecc(),
+            ("--profile", "h100-sxm"),
+            "ecc_errors",
+            None,
+        ),
+        "q-sections-hw-slowdown": (
+            (DATA / "nvidia-smi/q-fragment_v100_throttle-reasons-and-clocks_l4rz.txt").read_text(),
+            (),
+            "throttle",
+            None,
+        ),
+        "nvlink-links-inactive": (
+            (DATA / "nvidia-smi/nvlink-s_v100_links-inactive_azhpc-diagnostics-73.txt").read_text(),
+            ("--profile", "default"),
+            "nvlink",
+            None,
+        ),
         "gpud-unhealthy": (
             (DATA / "gpud/gpud_docs_v1_states_xid74_unhealthy_element.json").read_text(),
             (),

@@ -3,6 +3,7 @@ journalctl/dmesg, triage of the saved logs, and the suite on facts that carry th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -851,11 +852,11 @@ def test_gsp_heartbeat_memory_subsystem_and_gsp_timeout_without_xid_fail():
     found = finding(doc, "kernel_log")
     assert rc == 1 and found["status"] == "FAIL" and found["action"] == "RESET_GPU"
     for part in (
-        "GSP firmware heartbeat timed out (kernel fault gsp_heartbeat, no Xid) x2 "
-        "[24.302465 s after boot .. 24.302484 s after boot]",
-        "GPU memory subsystem error (kernel fault memory_subsystem, no Xid) x1",
-        "GSP RPC timeout (kernel fault gsp_timeout, no Xid) x1",
-        "on the driver's GPU6 (its number, not nvidia-smi's index",
+        "GSP firmware heartbeat timed out (kernel fault gsp_heartbeat, no Xid) on the driver's "
+        "GPU6 (its number, not nvidia-smi's index; the log gives no bus id for it) x2 "
+        "[24 s after boot]",
+        "GPU memory subsystem error (kernel fault memory_subsystem, no Xid) on the driver's GPU6",
+        "GSP RPC timeout (kernel fault gsp_timeout, no Xid) on the driver's GPU6",
         '"NVRM: GPU6 _kgspIsHeartbeatTimedOut: Heartbeat timed out, currentTimeMs',
     ):
         assert part in found["message"], found["message"]
@@ -988,3 +989,31 @@ def test_a_multi_line_dmesg_record_keeps_its_time_on_every_line():
         1843.308145,
         "NVRM: fallen off the bus and is not responding to commands.",
     )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "kernel: " + "[" * 200_000,
+        "a kernel: [ " + " " * 200_000 + "x",
+        "10.0.0.1: kern: warning: [" + "9" * 200_000,
+        "n: kern:" + " " * 200_000 + "x",
+        "[Nov26 " + " " * 200_000,
+        "[ +" + " " * 200_000 + "1.0]",
+        "a" * 200_000 + ": x",
+        "a " + "b" * 200_000 + ":",
+        "NVRM: GPU" + "1" * 200_000 + " Heartbeat",
+        "Timeout waiting for RPC from GPU" + "1" * 200_000,
+        "NVRM: The NVIDIA GPU " + "0" * 200_000,
+        "nvidia: probe of " + "0:" * 100_000 + " failed",
+        "NVRM: " + "0000:" * 40_000,
+        "Tue 2024-11-26 10:01:02 " + "A" * 200_000,
+    ],
+    ids=lambda line: line[:24],
+)
+def test_new_line_forms_and_fault_patterns_are_linear_on_long_lines(line):
+    started = time.monotonic()
+    with contextlib.suppress(ParseError):
+        parser.parse(f"[ 1.0] x\n{line}\n{line}\n")
+    parser.detect(f"{line}\n")
+    assert time.monotonic() - started < 2
