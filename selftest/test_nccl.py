@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import gpuhealth
 from gpuhealth.config import ConfigError, validate
 from gpuhealth.families.nccl import evidence
 from gpuhealth.families.nccl import parse_nccl_tests as nccl_tests
@@ -27,6 +28,7 @@ TWO_NODES = "nccltests_issue309_2node_16xH100_all_reduce.txt"
 FOUR_NODES = "nccltests_issue309_4node_32xH100_vm_all_reduce.txt"
 SRUN = "awsome_2x_p5.48xlarge_efa_all_reduce_srun.txt"
 MPIJOB = "awsome_2x_p5.48xlarge_eks_mpijob_excerpt.log"
+P4DE = "awsome_2x_p4de.24xlarge_efa_all_reduce_srun.txt"
 ALLTOALL = "nccltests_issue287_rtx5090_1gpu_alltoall_na_wrong.txt"
 
 
@@ -53,6 +55,7 @@ def judge(name: str, nccl: dict[str, Any], profile: str = "h100-sxm", **override
 EXPECTED = {
     SRUN: ("all_reduce", None, None, 32, 17179869184, 487.09, None),
     MPIJOB: ("all_reduce", None, None, 7, 2147483648, 437.79, 52.9753),
+    P4DE: ("all_reduce", None, None, 29, 2147483648, 78.33, None),
     "coreweave_64xH100_ib_sharp_all_reduce_excerpt.txt": (
         "all_reduce",
         None,
@@ -219,8 +222,8 @@ def test_same_log_fails_a_stricter_single_node_threshold_with_an_action():
 def test_two_node_ring_run_at_102_fails_the_internode_threshold():
     result = judge("nccl_bandwidth", section(RING))
     assert result.status == "FAIL", result.text
-    assert "89.9 GB/s" in result.text and "< 350 GB/s expected" in result.text
-    assert "2 nodes" in result.text and "nccl_internode_min_busbw_gbps" in result.text
+    assert "89.9 GB/s" in result.text and "< 420 GB/s expected" in result.text
+    assert "2 nodes" in result.text and "nccl_internode_min_busbw_gbps[2]" in result.text
     assert "bisection" in result.advice
 
 
@@ -359,6 +362,94 @@ def test_profiles_carry_the_reference_thresholds():
     assert PROFILES.get("default").values["nccl_allreduce_min_busbw_gbps"] is None
 
 
+# ---------------------------------------------------------------- floors by node count
+
+COREWEAVE_64 = "coreweave_64xH100_ib_sharp_all_reduce_excerpt.txt"  # 386.6 GB/s, SHARP
+
+
+def slowed(nccl: dict[str, Any], factor: float) -> dict[str, Any]:
+    """The same run at `factor` of its bandwidth (a node with some of its NICs down)."""
+    slow = copy.deepcopy(nccl)
+    for row in slow["run"]["rows"]:
+        for place in ("out_of_place", "in_place"):
+            for column in ("algbw_gbps", "busbw_gbps"):
+                if (row.get(place) or {}).get(column) is not None:
+                    row[place][column] = round(row[place][column] * factor, 2)
+    return slow
+
+
+def test_aws_2_node_p4de_reference_run_passes_the_p4de_floor():
+    result = judge("nccl_bandwidth", section(P4DE, nodes=2), "p4de.24xlarge")
+    assert result.status == "PASS", result.text
+    assert "78.3 GB/s" in result.text and ">= 70 GB/s, 2 nodes over EFA (4 devices)" in result.text
+    for profile in ("p4d.24xlarge", "a100-sxm-80gb", "a100-sxm-40gb"):
+        assert judge("nccl_bandwidth", section(P4DE, nodes=2), profile).status == "PASS"
+
+
+def test_a_p4de_run_at_half_its_bandwidth_fails_with_the_key_it_broke():
+    result = judge("nccl_bandwidth", slowed(section(P4DE, nodes=2), 0.5), "p4de.24xlarge")
+    assert result.status == "FAIL", result.text
+    assert "39.2 GB/s" in result.text and "< 70 GB/s expected, 2 nodes over EFA" in result.text
+    assert "nccl_internode_min_busbw_gbps[2]" in result.text and result.action == "INSPECT"
+
+
+def test_a_p4de_run_of_more_nodes_than_published_is_reported_not_judged():
+    result = judge("nccl_bandwidth", section(P4DE, nodes=4), "p4de.24xlarge")
+    assert result.status == "SKIP"
+    assert "78.3 GB/s" in result.text
+    assert "no floor for 4 nodes (nccl_internode_min_busbw_gbps lists up to 2)" in result.text
+
+
+def test_h100_floors_follow_the_node_count():
+    two = judge("nccl_bandwidth", section(TWO_NODES), "h100-sxm")
+    assert two.status == "PASS" and ">= 420 GB/s, 2 nodes" in two.text
+    four = judge("nccl_bandwidth", section(FOUR_NODES), "h100-sxm")
+    assert four.status == "PASS" and ">= 330 GB/s, 4 nodes" in four.text
+    sixty_four = judge("nccl_bandwidth", section(COREWEAVE_64, nodes=64), "h100-sxm")
+    assert sixty_four.status == "PASS" and ">= 330 GB/s, 64 nodes" in sixty_four.text
+    # The 4-node run's 366 would fail the 2-node floor: one floor for all counts is wrong.
+    assert judge("nccl_bandwidth", section(FOUR_NODES, nodes=2), "h100-sxm").status == "FAIL"
+    beyond = judge("nccl_bandwidth", section(COREWEAVE_64, nodes=65), "h100-sxm")
+    assert beyond.status == "SKIP" and "no floor for 65 nodes" in beyond.text
+    # A count between two listed ones takes the larger count's floor.
+    three = judge("nccl_bandwidth", slowed(section(FOUR_NODES, nodes=3), 0.88), "h100-sxm")
+    assert three.status == "FAIL" and "nccl_internode_min_busbw_gbps[64]" in three.text
+
+
+def test_one_internode_floor_still_judges_any_node_count():
+    result = judge(
+        "nccl_bandwidth", section(COREWEAVE_64, nodes=500), nccl_internode_min_busbw_gbps=350
+    )
+    assert result.status == "PASS" and ">= 350 GB/s, 500 nodes" in result.text
+
+
+def test_internode_floors_are_by_two_or_more_whole_nodes():
+    assert validate("inventory host n1", {"nccl_internode_min_busbw_gbps": {"2": 420}})
+    assert validate("inventory host n1", {"nccl_internode_min_busbw_gbps": 350})
+    for bad in ({1: 460}, {"two": 420}, {2: -1}, {2.0: 420}, "350"):
+        with pytest.raises(ConfigError, match="nccl_internode_min_busbw_gbps"):
+            validate("inventory host n1", {"nccl_internode_min_busbw_gbps": bad})
+
+
+PACKAGED = Path(gpuhealth.__file__).parent / "profiles"
+FLOOR_KEYS = re.compile(r"^nccl_\w*min_busbw_gbps:", re.MULTILINE)
+# A source a reader can open: owner/repo#issue, a repository path at a commit, the reference
+# notes, or the profile whose comment holds the sources.
+CITATION = re.compile(
+    r"[\w.-]+/[\w.-]+#\d+|commit [0-9a-f]{8,}|nvml-and-tools\.md|integrations\.md"
+    r"|\w+/nccl-tests README|sources are in [\w.-]+\.yml|their sources are there"
+)
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGED.glob("*.yml")), ids=lambda p: p.stem)
+def test_every_busbw_floor_cites_its_source(path):
+    text = path.read_text()
+    if not FLOOR_KEYS.search(text):
+        return
+    comments = "\n".join(line for line in text.splitlines() if line.lstrip().startswith("#"))
+    assert CITATION.search(comments), f"{path.name}: a busbw floor without a cited source"
+
+
 # ---------------------------------------------------------------- gpuhealth triage
 
 
@@ -394,6 +485,13 @@ def test_triage_takes_nodes_from_the_option_when_the_log_has_no_rank_lines():
     # Complete rank lines win over --nodes: the ring log names node005 and node007.
     ring = triage(str(DATA / RING), "--profile", "h100-sxm", "--nodes", "1")
     assert "2 nodes" in nccl_findings(ring)["nccl_bandwidth"]["message"]
+
+
+def test_triage_judges_aws_2_node_p4de_run_instead_of_leaving_it_unchecked():
+    doc = triage(str(DATA / P4DE), "--profile", "p4de.24xlarge", "--nodes", "2")
+    result = nccl_findings(doc)["nccl_bandwidth"]
+    assert result["status"] == "PASS" and ">= 70 GB/s, 2 nodes" in result["message"]
+    assert doc["rc"] == 0 and doc["verdict"] != "NOT_CHECKED"
 
 
 def test_triage_of_garbage_names_the_line(tmp_path):

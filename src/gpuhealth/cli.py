@@ -191,8 +191,12 @@ def _floors(values: dict[str, Any]) -> str:
     parts = []
     if values["nccl_allreduce_min_busbw_gbps"] is not None:
         parts.append(f"1 node {values['nccl_allreduce_min_busbw_gbps']:g}")
-    if values["nccl_internode_min_busbw_gbps"] is not None:
-        parts.append(f"nodes {values['nccl_internode_min_busbw_gbps']:g}")
+    internode = values["nccl_internode_min_busbw_gbps"]
+    if isinstance(internode, dict):
+        counts = ", ".join(f"{count}: {floor:g}" for count, floor in sorted(internode.items()))
+        parts.append(f"by nodes {counts}")
+    elif internode is not None:
+        parts.append(f"nodes {internode:g}")
     domains = values["nccl_nvlink_domains_min_busbw_gbps"]
     if domains:
         spans = ", ".join(f"{count}: {floor:g}" for count, floor in sorted(domains.items()))

@@ -83,6 +83,31 @@ def best_busbw(rows: list[dict[str, Any]], reference: int) -> tuple[float, int, 
     return best
 
 
+def _listed_count(floors: dict[int, float], count: int) -> int | None:
+    """The listed count whose floor judges a run of `count` (nodes or NVLink domains):
+    bandwidth falls as a run spans more, so a count between two measured ones takes the larger
+    one's floor, and a count beyond every measured one has none."""
+    listed = sorted(listed for listed in floors if listed >= count)
+    return listed[0] if listed else None
+
+
+def internode_floor(limits: Profile, nodes: int) -> tuple[str, float | None, str]:
+    """(key, floor, why no floor) of an all_reduce across `nodes` nodes over the network:
+    nccl_internode_min_busbw_gbps is one floor for any count, or floors by node count, since
+    two nodes measure more than many (NCCL's tree crosses the network less on two)."""
+    floors = limits.get(NcclLimits).nccl_internode_min_busbw_gbps
+    if not isinstance(floors, dict):
+        return INTER_KEY, floors, ""
+    listed = _listed_count(floors, nodes)
+    if listed is None:
+        return (
+            INTER_KEY,
+            None,
+            f"no floor for {nodes} nodes ({INTER_KEY} lists up to {max(floors)})",
+        )
+    return f"{INTER_KEY}[{listed}]", floors[listed], ""
+
+
 def _domain_floor(
     floors: dict[int, float], domains: int | None, nodes: int
 ) -> tuple[str, float | None, str, str]:
@@ -99,8 +124,8 @@ def _domain_floor(
             f"in the inventory (triage: --nvlink-domains N) to judge it by {DOMAINS_KEY}",
         )
     scope = f"{nodes} nodes in {domains} NVLink domain{'s' if domains != 1 else ''}"
-    listed = sorted(count for count in floors if count >= domains)
-    if not listed:
+    listed = _listed_count(floors, domains)
+    if listed is None:
         return (
             DOMAINS_KEY,
             None,
@@ -108,7 +133,7 @@ def _domain_floor(
             f"no floor for a span of {domains} NVLink domains ({DOMAINS_KEY} lists up to "
             f"{max(floors)})",
         )
-    return f"{DOMAINS_KEY}[{listed[0]}]", floors[listed[0]], scope, ""
+    return f"{DOMAINS_KEY}[{listed}]", floors[listed], scope, ""
 
 
 def _judge_bandwidth(
@@ -127,16 +152,14 @@ def _judge_bandwidth(
         return skipped(
             "node count unknown: the log lists no (or not all) rank lines; pass --nodes N",
         )
-    key = SINGLE_KEY if nodes == 1 else INTER_KEY
     network = network_text(limits)
     scope = f"{nodes} nodes" + (f" over {network}" if network else "")
+    lim = limits.get(NcclLimits)
     if nodes == 1:
         scope = "single node over NVLink"
-    lim = limits.get(NcclLimits)
-    threshold = (
-        lim.nccl_allreduce_min_busbw_gbps if nodes == 1 else lim.nccl_internode_min_busbw_gbps
-    )
-    unjudged = ""  # why a multi-domain floor could not be chosen
+        key, threshold, unjudged = SINGLE_KEY, lim.nccl_allreduce_min_busbw_gbps, ""
+    else:  # unjudged: why no floor could be chosen for this many nodes
+        key, threshold, unjudged = internode_floor(limits, nodes)
     floors = lim.nccl_nvlink_domains_min_busbw_gbps
     if nodes > 1 and floors and (domains is not None or threshold is None):
         key, threshold, scope, unjudged = _domain_floor(floors, domains, nodes)

@@ -16,7 +16,7 @@ from gpuhealth.active import bisect
 from gpuhealth.checks import NodeView, evaluate
 from gpuhealth.config import Profile, resolve_limits
 from gpuhealth.families.nccl import active
-from gpuhealth.families.nccl.checks import best_busbw, nodes_of
+from gpuhealth.families.nccl.checks import best_busbw, internode_floor, nodes_of
 from gpuhealth.families.nccl.limits import NcclLimits
 from gpuhealth.families.nvfabric.limits import NvFabricLimits
 from gpuhealth.plugin import RunState, record, redact, run_state
@@ -115,8 +115,9 @@ def run_fleet_nccl(item: pytest.Item) -> None:
         found = None
         if bad and not str(section.get("error") or "").startswith("not found"):
             found = bisect.bisect(names, fleet.fast)
-    threshold = limits.get(NcclLimits).nccl_internode_min_busbw_gbps
-    _report(item, names, results, found, fleet.trials, threshold, nodes_of(section))
+    nodes = nodes_of(section)
+    threshold = internode_floor(limits, nodes or len(names))[1]
+    _report(item, names, results, found, fleet.trials, threshold, nodes)
 
 
 def _why_unnamed(found: bisect.Bisection | None, count: int) -> str:

@@ -19,6 +19,7 @@ def _whole_number_key(value: object) -> object:
 
 
 Domains = Annotated[StrictInt, BeforeValidator(_whole_number_key), Field(ge=1)]
+Nodes = Annotated[StrictInt, BeforeValidator(_whole_number_key), Field(ge=2)]
 
 
 class NcclLimits(FamilyLimits):
@@ -36,8 +37,12 @@ class NcclLimits(FamilyLimits):
     nccl_allreduce_min_busbw_gbps: Number | None = Field(
         None, description="single-node all_reduce busbw (NVLink)"
     )
-    nccl_internode_min_busbw_gbps: Number | None = Field(
-        None, description="multi-node all_reduce busbw (the network)"
+    nccl_internode_min_busbw_gbps: Number | dict[Nodes, Number] | None = Field(
+        None,
+        description="multi-node all_reduce busbw (the network): one floor for any node count, "
+        "or by node count, e.g. {2: 420, 64: 330} (two nodes measure more than many: NCCL's "
+        "tree); a count between two listed counts takes the larger count's floor, one beyond "
+        "the largest is not judged",
     )
     nccl_nvlink_domains_min_busbw_gbps: dict[Domains, Number] | None = Field(
         None,
