@@ -124,6 +124,7 @@ RUNNING = (  # what probes, launches, schedules and reports
     "gpuhealth.junit_results",
     "gpuhealth.cli",
     "gpuhealth.local",  # this machine judged in-process (node-check, serve)
+    "gpuhealth.api",  # the same, for a training script (check, quick_check, Watcher)
     "gpuhealth.integrations*",  # acting on verdicts: Slurm, Kubernetes, Prometheus, serve
 )
 
