@@ -100,8 +100,31 @@ EXPECTED = {
 }
 
 
+# Runs that stopped on an error before their first result row -> the error's words.
+ABORTED = {
+    "nccltests_issue264_8xH100_aborted_system_not_yet_initialized.txt": "'system not yet",
+    "nccltests_issue338_2xH20_mpirun_aborted_system_not_yet_initialized.txt": "common.cu:1030",
+    "nccltests_issue355_16xH800_alltoall_aborted_in_first_row.txt": "illegal memory access",
+}
+
+
 def test_every_sample_is_covered():
-    assert {p.name for p in DATA.iterdir() if p.name != "SOURCE.md"} == set(EXPECTED)
+    names = {p.name for p in DATA.iterdir() if p.name != "SOURCE.md"}
+    assert names == set(EXPECTED) | set(ABORTED)
+
+
+@pytest.mark.parametrize("name", sorted(ABORTED))
+def test_a_run_that_aborted_before_its_first_row_fails_with_its_error(name):
+    text = (DATA / name).read_text()
+    assert nccl_tests.looks_like(text)
+    with pytest.raises(nccl_tests.Aborted, match=ABORTED[name]):
+        nccl_tests.parse(text)
+    record = evidence.evidence(text)["nccl"]
+    for check in ("nccl_bandwidth", "nccl_data_integrity"):
+        finding = judge(check, record)
+        assert finding.status.name == "FAIL", finding
+        assert "aborted before its first result" in finding.result.message
+        assert ABORTED[name] in finding.result.message
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -192,6 +215,11 @@ def test_a_row_cut_short_is_an_error_naming_the_line():
 
 def test_a_log_without_results_is_an_error():
     with pytest.raises(ParseError, match="no nccl-tests result rows"):
+        nccl_tests.parse("# nThread 1 nGpus 8\n# Using devices\n")
+
+
+def test_an_nccl_warning_before_any_result_is_the_run_aborted():
+    with pytest.raises(nccl_tests.Aborted, match="out of memory"):
         nccl_tests.parse("NCCL WARN Cuda failure 'out of memory'\n# nThread 1 nGpus 8\n")
 
 

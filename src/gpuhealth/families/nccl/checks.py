@@ -285,7 +285,9 @@ def nccl_data_integrity(node: NodeView) -> Result:
             return skipped(f"not evaluated: {text}")
         return failed(text, Action.RERUN, "read the attached log; re-run the sweep")
     errors = [(row.get("out_of_place") or {}).get("max_error", False) for row in run["rows"]]
-    legacy = any(error is not False for error in errors)  # the `error` column of before 2.10
+    # The `error` column of before 2.10, in every row: a row of that layout among rows with
+    # #wrong (pasted or inserted) does not make the others' out-of-bounds verdict its own.
+    legacy = all(error is not False for error in errors)
     if not checked and legacy and oob.get("ok") is True and any(e is not None for e in errors):
         # Before 2.10 nccl-tests had no #wrong count: the out-of-bounds line is the verdict.
         checked_by = "Out of bounds values: 0 OK (nccl-tests before 2.10: no #wrong column)"

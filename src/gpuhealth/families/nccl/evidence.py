@@ -7,23 +7,41 @@ from typing import Any
 from gpuhealth.families.nccl import parse_nccl_tests
 from gpuhealth.registry import Kind
 
+_ABORTED = (
+    "read the error: 'system not yet initialized' on NVSwitch systems means the fabric manager "
+    "is not running (or not the driver's version); 'busy or unavailable' means another process "
+    "holds the GPUs or they are in exclusive mode; run a CUDA sample, then nccl-tests again"
+)
+
 
 def evidence(text: str) -> dict[str, Any]:
     """A saved log as the `nccl` facts section; `nodes` comes from complete rank lines (or
-    `gpuhealth triage --nodes`), never guessed."""
-    run = parse_nccl_tests.parse(text)
-    return {
-        "nccl": {
-            "nodes": None,
-            "hosts": run["hosts"],
-            "command": None,
-            "rc": None,
-            "duration_s": None,
-            "error": None,
-            "exit_note": None,
-            "run": run,
-        }
+    `gpuhealth triage --nodes`), never guessed. A run that aborted (before its first result
+    row, or after some) is a failed run with its error."""
+    section: dict[str, Any] = {
+        "nodes": None,
+        "hosts": [],
+        "command": None,
+        "rc": None,
+        "duration_s": None,
+        "error": None,
+        "exit_note": None,
+        "run": None,
     }
+    try:
+        run = parse_nccl_tests.parse(text)
+    except parse_nccl_tests.Aborted as exc:
+        error = f"nccl-tests aborted before its first result: {exc}"
+        return {"nccl": {**section, "error": error, "action": "INSPECT", "advice": _ABORTED}}
+    section.update(hosts=run["hosts"], run=run)
+    if run["aborted"]:
+        section.update(
+            error=f"nccl-tests aborted after {len(run['rows'])} rows: "
+            + "; ".join(run["aborted"][:3]),
+            action="INSPECT",
+            advice=_ABORTED,
+        )
+    return {"nccl": section}
 
 
 KINDS = (Kind("nccl-tests output", parse_nccl_tests.looks_like, evidence, priority=40),)

@@ -27,6 +27,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from gpuhealth.parsing import ParseError
 
+
+class Aborted(ParseError):
+    """A run that stopped on an error before its first result row: the error is its outcome."""
+
+
 # Launcher prefixes: srun --label ("0: ", "12: ") and Open MPI --tag-output ("[1,0]<stdout>:").
 _PREFIX = re.compile(r"^(?:\s*\d+: ?|\[\d+,\d+\]<std(?:out|err)>: ?)")
 _ROW_START = re.compile(r"^\s*\d+\s+\d+\s")
@@ -55,6 +60,10 @@ _FAILED = re.compile(r"\bFAILED\b")
 _FOOTER = re.compile(r"^#?\s*(Out of bounds values|Avg bus bandwidth)\b", re.I)
 _BINARY = re.compile(r"\b([a-z]+(?:_[a-z]+)*)_perf(?:_mpi)?\b")
 _NCCL_VERSION = re.compile(r"\bNCCL version (\S+)")
+# How nccl-tests stops on an error (`Test CUDA failure common.cu:941 'system not yet
+# initialized'`, `Test NCCL failure`, `.. pid 1: Test failure common.cu:891`), and NCCL's own.
+_ABORT = re.compile(r"\bTest (?:CUDA |NCCL )?failure\b|CUDA-capable device\(s\) is/are busy")
+_WARN = re.compile(r"\bNCCL WARN\b")
 # The column layout of every nccl-tests release since 2.10 (redop/root columns, #wrong).
 _DEFAULT_COLUMNS = (
     "size count type redop root time algbw busbw #wrong time algbw busbw #wrong".split()
@@ -196,26 +205,36 @@ def _sweep_gap(
     nccl-tests steps an unrounded size (times the factor, or plus the step) from min_bytes in
     each (type, operation, root) table, and prints it rounded down to whole elements per rank
     (all_gather with 24 ranks prints 960 after 480, then 2016): so each row is held to the
-    size meant for it, which a row after a missing one exceeds."""
+    size meant for it, which a row after a missing one exceeds. A size meant past maxBytes
+    starts the sweep again (`-N` repeats it), so the size meant never outgrows the sweep."""
     if not header or "step" not in header or "min_bytes" not in header:
         return None
     factor, step = header["step_kind"] == "factor", header["step"]
+    end = header.get("max_bytes")
     meant, table, before = 0, None, 0
     for row in rows:
         # A new table: another type, operation or root (`-r -1` loops over roots), or a
-        # sweep that starts again (repeated cycles) with the same ones.
+        # sweep that starts again (repeated cycles, `-N`) with the same ones: after a row
+        # below the last, or once the sweep has passed its end.
         key = (row["type"], row["redop"], row.get("root"))
-        if key != table or row["size"] < before:
+        past_end = end is not None and meant > end
+        if key != table or row["size"] < before or past_end:
             table, meant, before = key, header["min_bytes"], 0
-        if row["size"] > max(meant, 1) * 1.01 + 64:
+        if row["size"] * 100 > max(meant, 1) * 101 + 6400:  # 1% + 64 B, in integers
             return before, row["size"]
-        meant = meant * max(step, 2) if factor else meant + max(step, 1)
+        meant = min(meant * max(step, 2) if factor else meant + max(step, 1), 1 << 64)
         before = row["size"]
     return None
 
 
 def _is_all_reduce(rows: List[Dict[str, Any]]) -> bool:
-    """An all_reduce table: a reduction to every rank (root -1) over the full buffer."""
+    """An all_reduce table: a reduction to every rank (root -1) over the full buffer.
+
+    Rows under a column header without the root column (before 2.10) cannot say; where most
+    rows have it, those few (a second, older table pasted or inserted) do not hide the rest."""
+    modern = [row for row in rows if row["root"] is not None]
+    if 2 * len(modern) > len(rows):
+        rows = modern
     if not rows:
         return False
     for row in rows:
@@ -248,10 +267,18 @@ def parse(text: str) -> Dict[str, Any]:
     cut_after = -1  # the number of rows before the last `...`; rows_elided: rows follow it
     rows_elided = False
     failed_lines: List[str] = []
+    aborted: List[str] = []
+    warned: List[str] = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = _strip_prefix(raw.rstrip())
         stripped = line.strip()
         if not stripped:
+            continue
+        if _ABORT.search(stripped):  # also a result row the error cut short
+            aborted.append(stripped[:300])
+            continue
+        if _WARN.search(stripped):
+            warned.append(stripped[:300])
             continue
         if stripped in ("...", "…") or stripped.startswith("..."):
             elided = True
@@ -314,6 +341,8 @@ def parse(text: str) -> Dict[str, Any]:
         if found and collective is None:
             collective = found.group(1)
     if not rows:
+        if aborted or warned:
+            raise Aborted("; ".join((aborted or warned)[:3]))
         raise ParseError("no nccl-tests result rows (lines of size, count, type, ...) found")
     source = "log" if collective else None
     if collective is None and _is_all_reduce(rows):
@@ -341,6 +370,7 @@ def parse(text: str) -> Dict[str, Any]:
         "elided": elided,
         "rows_elided": rows_elided,
         "failed_lines": failed_lines[:5],
+        "aborted": aborted[:5],
         "out_of_bounds": out_of_bounds,
         "avg_busbw_gbps": avg,
         "avg_ok": avg_ok,
@@ -349,9 +379,13 @@ def parse(text: str) -> Dict[str, Any]:
 
 # One whitespace run per place, so a line of spaces is not matched quadratically.
 _TABLE_HEADER = re.compile(r"^(?:[ \t]*[^\s#]\S*:[ \t]?)?[ \t#]*size[ \t]+count[ \t]+type\b", re.M)
+# A run that stopped before its table: its header line, or nccl-tests' own error line.
+_RUN_HEADER = re.compile(r"^(?:[ \t]*[^\s#]\S*:[ \t]?)?[ \t#]*nThread \d{1,9} nGpus \d", re.M)
+_TEST_FAILURE = re.compile(r"Test (?:CUDA |NCCL )?failure [\w.-]{1,40}\.cu:\d")
 
 
 def looks_like(text: str) -> bool:
     """nccl-tests output: its column header (`#  size  count  type ...`, without `#` before
-    2.10) starts a line, after a launcher prefix if any."""
-    return _TABLE_HEADER.search(text) is not None
+    2.10) or its `nThread N nGpus N` line starts a line, after a launcher prefix if any; or
+    it holds nccl-tests' error line (`Test CUDA failure common.cu:941 ...`)."""
+    return any(p.search(text) for p in (_TABLE_HEADER, _RUN_HEADER, _TEST_FAILURE))
