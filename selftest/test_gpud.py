@@ -437,3 +437,27 @@ def test_suite_fails_the_node_gpud_calls_unhealthy(tmp_path):
     assert verdict["advice"][0] == "drain and reboot the node (GPUd: REBOOT_SYSTEM)"
     facts = json.loads((tmp_path / "r" / "facts" / f"{HOST}.json").read_text())
     assert facts["gpud_events"]["events"][0]["type"] == "Critical"
+
+
+@pytest.mark.parametrize(
+    ("pasted", "form"),
+    [
+        ("{doc},\n", "one element cut out of the list, its comma kept"),
+        ("[{doc},\n]\n", "a list whose last element keeps its comma"),
+        ("  {doc}\n", "one component's element alone"),
+    ],
+)
+def test_a_state_element_pasted_as_people_paste_it_is_read(tmp_path, pasted, form):
+    element = text("gpud_docs_v1_states_xid74_unhealthy_element.json").strip()
+    path = tmp_path / "states.json"
+    path.write_text(pasted.replace("{doc}", element))
+    found = by_check(triage(path))
+    assert found["gpud_health"]["status"] == "FAIL", form
+    assert "XID 74" in found["gpud_health"]["message"], form
+
+
+def test_trailing_commas_are_dropped_outside_strings_only():
+    doc = gpud.load('{"reason": "a,]", "actions": ["X",], "q": "\\",}",}', "GPUd /v1/states")
+    assert doc == {"reason": "a,]", "actions": ["X"], "q": '",}'}
+    with pytest.raises(ParseError, match="not valid JSON"):
+        gpud.load('{"a": 1,, }', "GPUd /v1/states")

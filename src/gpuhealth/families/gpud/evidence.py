@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from gpuhealth.facts import why
 from gpuhealth.families.gpud import parse_gpud
+from gpuhealth.parsing import ParseError
 from gpuhealth.registry import Kind
 
 
@@ -14,8 +14,8 @@ def _document(text: str) -> Any:
     if text.lstrip()[:1] not in ("[", "{"):
         return None
     try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
+        return parse_gpud.load(text, "GPUd")
+    except ParseError:
         return None
 
 

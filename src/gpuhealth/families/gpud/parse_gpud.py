@@ -19,9 +19,41 @@ HEALTHY = "Healthy"
 _HEALTH = {name.lower(): name for name in (HEALTHY, "Unhealthy", "Degraded", "Initializing")}
 
 
+def _without_trailing_commas(text: str) -> str:
+    """The text without the commas people leave when they cut JSON out of a larger answer: one
+    after the last element (`[{...},]`, `{"a": 1,}`) or after the document (`{...},`)."""
+    out: List[str] = []
+    quoted = escaped = False
+    comma = -1  # where in `out` a comma waits to see what follows it
+    for char in text:
+        if quoted:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                quoted = False
+        elif char == '"':
+            quoted = True
+        elif char in "]}" and comma >= 0:
+            out[comma] = ""
+        if not char.isspace() or quoted:
+            comma = -1
+        if char == "," and not quoted:
+            comma = len(out)
+        out.append(char)
+    if comma >= 0:
+        out[comma] = ""
+    return "".join(out)
+
+
 def load(text: str, what: str) -> Any:
-    """The JSON document; anything else is a ParseError naming the line."""
-    return load_json(text.lstrip(), what, whole=True)
+    """The JSON document, also with the trailing commas of a pasted fragment; anything else is a
+    ParseError naming the line."""
+    try:
+        return load_json(text.lstrip(), what, whole=True)
+    except ParseError:
+        return load_json(_without_trailing_commas(text).lstrip(), what, whole=True)
 
 
 def _items(doc: Any) -> List[Dict[str, Any]]:
