@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from gpuhealth.families.dcgm import evidence
+from gpuhealth import evidence as evidence_files
+from gpuhealth.families.dcgm import evidence, parse_dcgm_table
 from gpuhealth.families.dcgm import parse_dcgm as dcgm
 from gpuhealth.parsing import ParseError
 from selftest.facts import judge
@@ -349,3 +350,90 @@ def test_triage_of_passing_level_2(tmp_path):
     found = {(f["check"], f["gpu"]): f for f in json.loads(proc.stdout)["findings"]}
     assert found[("dcgm_diag", None)]["status"] == "PASS"
     assert found[("dcgm_health", None)]["status"] == "SKIP"
+
+
+# ---------------------------------------------------------------- the table form, as pasted
+
+TABLES = Path(__file__).parent / "data" / "dcgm"
+
+
+def _triage_one(name: str) -> dict[str, Any]:
+    """The findings of `gpuhealth triage` on one sample, by check."""
+    path = TABLES / name
+    kind, facts = evidence_files.facts_from_file(path)
+    return {"kind": kind.name, "facts": facts}
+
+
+def test_the_diag_table_of_a_node_without_fabric_manager_fails_gpu_memory():
+    found = _triage_one("nccltests_issue264_dcgmi_diag_r3_table_gpu_memory_fail.txt")
+    assert found["kind"] == "dcgmi diag"
+    diag = found["facts"]["dcgm"]["diag"]
+    assert (diag["layout"], diag["version"], diag["driver_version"]) == (
+        "3.x table",
+        "3.3.8",
+        "560.35.03",
+    )
+    tests = {t["name"]: t for t in diag["tests"]}
+    memory = tests["GPU Memory"]["results"]
+    assert [(r["gpus"], r["status"]) for r in memory] == [([], "Fail")]
+    assert len(memory[0]["warnings"]) == 8
+    assert memory[0]["warnings"][1].startswith("GPU 1 Error using CUDA API cuInit")
+    assert (
+        "Unable to initialize CUDA library: 'system not yet initialized'"
+        in (memory[0]["warnings"][1])
+    )
+    info = tests["Persistence Mode"]["results"][0]["info"][0]
+    assert info.startswith("Persistence mode for GPU 0 is disabled. Enable persistence mode by")
+    finding = judge("dcgm_diag", found["facts"], None, None)
+    assert finding.status.name == "FAIL" and "GPU Memory Fail" in finding.result.message
+
+
+@pytest.mark.parametrize(
+    ("name", "passed"),
+    [
+        ("gnosia93_dcgmi_diag_r3_table_2xrtxpro6000_deployment_pass.txt", 18),
+        ("dcgm_user_guide_dcgmi_diag_r3_table_4.0.0_4gpu_pass.txt", 28),
+    ],
+)
+def test_healthy_diag_tables_pass(name, passed):
+    found = _triage_one(name)
+    finding = judge("dcgm_diag", found["facts"], None, None)
+    assert finding.status.name == "PASS", finding
+    assert f"{passed} results passed" in finding.result.message
+
+
+def test_the_4x_table_gives_per_gpu_results_under_each_test():
+    diag = _triage_one("dcgm_user_guide_dcgmi_diag_r3_table_4.0.0_4gpu_pass.txt")["facts"]
+    software = diag["dcgm"]["diag"]["tests"][0]
+    assert software["summary"] == "Pass"
+    assert [r["gpus"] for r in software["results"]] == [[0], [1], [2], [3]]
+
+
+@pytest.mark.parametrize(
+    ("name", "status", "words"),
+    [
+        (
+            "dcgm_command_reference_dcgmi_health_c_table_l4_power_warning.txt",
+            "WARN",
+            "GPU 0 Power system Warning: Detected clocks event due to power violation in GPU 0. "
+            "Monitor the power conditions. This GPU can still perform workload.",
+        ),
+        ("dcgmi_health_c_table_healthy_despite_corrected_ecc.txt", "PASS", "Healthy"),
+    ],
+)
+def test_health_tables_are_judged_as_their_json(name, status, words):
+    found = _triage_one(name)
+    assert found["kind"] == "dcgmi health -c"
+    finding = judge("dcgm_health", found["facts"], None, None)
+    assert finding.status.name == status and words in finding.result.message, finding
+
+
+@pytest.mark.parametrize(
+    ("cut", "message"),
+    [(-2, "no closing border"), (-6, "no closing border")],
+)
+def test_a_table_cut_short_is_refused(cut, message):
+    lines = (TABLES / "nccltests_issue264_dcgmi_diag_r3_table_gpu_memory_fail.txt").read_text()
+    text = "\n".join(lines.splitlines()[:cut])
+    with pytest.raises(ParseError, match=message):
+        parse_dcgm_table.parse_diag(text)

@@ -18,6 +18,7 @@ from gpuhealth import registry
 from gpuhealth.checks import UNKNOWN_GPU_SLOTS
 from gpuhealth.config import ConfigError, Platform, ProfileSet, expectations_from_vars
 from gpuhealth.families.fabric import parse_fi_info as fi_info
+from gpuhealth.families.fabric import parse_ibstat
 from gpuhealth.families.fabric import parse_rdma as rdma_sysfs
 from gpuhealth.families.fabric import probe as fabric
 from gpuhealth.parsing import ParseError
@@ -596,3 +597,94 @@ def test_machine_without_rdma_devices_skips_every_fabric_check(tmp_path):
             assert f"no NVIDIA GPU/driver on {me}" in message, name
         else:
             assert f"{me}: not an" in message and "(fabric: none" in message, name
+
+
+# ---------------------------------------------------------------- ibstat, ibv_devinfo pasted
+
+IBSTAT_H100 = DATA / "gpud_ibstat_47.0_h100_all_active.txt"
+IBSTAT_PANIC = DATA / "gpud_ibstat_39.0_a100_ibpanic_mlx5_8.txt"
+DEVINFO = DATA / "heioy_ibv_devinfo_2x_mlx4_port2_down.txt"
+DEVINFO_V = DATA / "heioy_ibv_devinfo_v_mlx4_port2_polling.txt"
+
+
+def test_ibstat_gives_the_devices_the_sysfs_reader_gives():
+    devices = {d["name"]: d for d in parse_ibstat.parse(IBSTAT_H100.read_text())}
+    assert list(devices)[-1] == "mlx5_bond_0" and len(devices) == 9
+    port = devices["mlx5_0"]["ports"][0]
+    assert (port["state"], port["state_code"], port["phys_state"], port["phys_state_code"]) == (
+        "ACTIVE",
+        4,
+        "LinkUp",
+        5,
+    )
+    assert (port["rate_gbps"], port["link_layer"]) == (400.0, "InfiniBand")
+    assert (devices["mlx5_0"]["fw_ver"], devices["mlx5_0"]["hca_type"]) == ("28.41.1000", "MT4129")
+    assert port["counters"] is None and port["unavailable"]["counters"]["kind"] == "absent"
+    assert devices["mlx5_bond_0"]["ports"][0]["link_layer"] == "Ethernet"
+
+
+def test_ibv_devinfo_plain_and_verbose():
+    plain = parse_ibstat.parse(DEVINFO.read_text())
+    assert [(d["name"], [(p["port"], p["state"]) for p in d["ports"]]) for d in plain] == [
+        ("mlx4_1", [(1, "ACTIVE"), (2, "DOWN")]),
+        ("mlx4_0", [(1, "ACTIVE"), (2, "DOWN")]),
+    ]
+    assert plain[0]["ports"][0]["unavailable"]["phys_state"]["kind"] == "absent"
+    (verbose,) = parse_ibstat.parse(DEVINFO_V.read_text())
+    (port,) = verbose["ports"]
+    assert (port["state"], port["phys_state"], port["rate_gbps"]) == ("DOWN", "Polling", 10.0)
+
+
+def _ib_profile(tmp_path: Path, ports: int) -> tuple[str, ...]:
+    (tmp_path / "ib.yml").write_text(
+        "extends: h100-sxm\nfabric: infiniband\nib_min_rate_gbps: 200\n"
+        f"ib_ports_expected: {ports}\n"
+    )
+    return ("--profile", "ib", "--profile-dir", str(tmp_path))
+
+
+def test_triage_of_a_healthy_ibstat_passes_and_leaves_counters_not_evaluated(tmp_path):
+    proc = triage(str(IBSTAT_H100), *_ib_profile(tmp_path, 8))
+    assert proc.returncode == 0, proc.stderr
+    found = fabric_findings(proc)
+    for name in ("ib_port_count", "ib_port_state", "ib_port_rate", "ib_firmware_uniform"):
+        assert found[name]["status"] == "PASS", found[name]
+    counters = found["ib_error_counters"]
+    assert counters["status"] == "SKIP" and "not evaluated" in counters["message"]
+
+
+def test_triage_of_ibstat_that_could_not_read_an_hca_fails_the_port_count(tmp_path):
+    found = fabric_findings(triage(str(IBSTAT_PANIC), *_ib_profile(tmp_path, 9)))
+    assert found["ib_port_count"]["status"] == "FAIL"
+    assert "mlx5_8: ports not readable" in found["ib_port_count"]["message"]
+
+
+@pytest.mark.parametrize(("sample", "phys"), [(DEVINFO, "not reported"), (DEVINFO_V, "Polling")])
+def test_triage_of_ibv_devinfo_fails_the_down_ports(tmp_path, sample, phys):
+    found = fabric_findings(triage(str(sample), *_ib_profile(tmp_path, 4)))
+    state = found["ib_port_state"]
+    assert state["status"] == "FAIL" and "mlx4_1 port 2 state DOWN (1)" in state["message"]
+    assert phys in state["message"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "CA 'mlx5_0'\n\tCA type: MT4129\n\tPort 1:\n\t\tState: Sideways\n",
+            "unknown port state",
+        ),
+        ("CA 'mlx5_0'\n\tCA type: MT4129\n\tgarbage\n", "not a `key: value` line"),
+        ("hello\n", "no device"),
+    ],
+)
+def test_ibstat_that_cannot_be_read_is_refused(text, message):
+    with pytest.raises(ParseError, match=message):
+        parse_ibstat.parse(text)
+
+
+def test_an_ibstat_device_cut_short_has_unreadable_ports():
+    text = IBSTAT_H100.read_text()
+    cut = text[: text.index("Physical state")]
+    (device,) = parse_ibstat.parse(cut)
+    assert device["ports"] is None and "cut short" in device["unavailable"]["ports"]["detail"]

@@ -666,3 +666,53 @@ def test_pasted_fabric_lines_that_still_say_unhealthy_fail(tmp_path, old, new):
     (health,) = [f for f in found if f["check"] == "nvlink_fabric_health" and f["gpu"] == 0]
     assert rc == 1 and health["status"] == "FAIL", health
     assert "route unhealthy" in health["message"]
+
+
+def test_fi_info_counts_an_efa_device_listed_under_two_fabrics_once():
+    """libfabric 2.x lists each EFA device's RDM domain under the fabrics `efa` and
+    `efa-direct`: counted as entries, one device was two and its count came out wrong."""
+    text = (DATA / "efa" / "hyperpod_fi_info_efa_libfabric2_efa_direct_1dev.txt").read_text()
+    summary = parse_fi_info.summary(parse_fi_info.parse(text))
+    assert summary["domains"] == ["rdmap49s0-rdm"]
+    fabric = {"devices": None, "fi_info": {"rc": 0, **summary}}
+    facts = {"source": "evidence-file", "fabric": fabric}
+    finding = judge("efa_fi_info", facts, None, "p5.48xlarge", fabric="efa", efa_devices_expected=1)
+    assert finding.status.name == "PASS", finding.result.message
+    assert "lists 1 EFA RDM domains as expected" in finding.result.message
+
+
+def test_a_sweep_repeated_1030_times_is_read_not_overflowed():
+    """`-b 8 -e 8 -N 1030` prints 1,030 rows of one size: the size the sweep meant doubled on
+    every row, past what a float holds (OverflowError, triage exit 3)."""
+    head = (
+        "# nThread 1 nGpus 8 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20 "
+        "agg iters: 1 validation: 1 graph: 0\n#\n"
+        "#       size         count      type   redop    root     time   algbw   busbw  #wrong"
+        "     time   algbw   busbw  #wrong\n"
+    )
+    row = (
+        "           8             2     float     sum      -1    21.09    0.00    0.00      0"
+        "    20.27    0.00    0.00      0\n"
+    )
+    run = parse_nccl_tests.parse(head + row * 1030 + "# Out of bounds values : 0 OK\n")
+    assert (len(run["rows"]), run["sweep_gap"], run["sweep_complete"]) == (1030, None, True)
+
+
+def test_an_older_table_inserted_in_a_log_does_not_hide_its_rows(tmp_path, capsys):
+    """A 2-node all_reduce of low bandwidth with a pre-2.10 column header and one row of that
+    layout inserted came out PASS: the row without a root column made the collective unknown
+    (bandwidth skipped), and its `error` column stood in for the real rows' unvalidated N/A."""
+    text = (DATA / "nccl-tests" / "nccltests_issue290_2node_16xH100_ring_low_bw.txt").read_text()
+    lines = text.splitlines(keepends=True)
+    inserted = [
+        "0:        size         count      type     time   algbw   busbw  error     time   algbw"
+        "   busbw  error\n",
+        "0:           8             2     float    10.93    0.00    0.00  0e+00    10.90    0.00"
+        "    0.00  0e+00\n",
+    ]
+    path = tmp_path / "all_reduce.log"
+    path.write_text("".join(lines[:18] + inserted + lines[18:]))
+    assert parse_nccl_tests.parse(path.read_text())["collective"] == "all_reduce"
+    assert cli.main(["triage", str(path), "--profile", "h100-sxm", "--json"]) == 1
+    found = {f["check"]: f["status"] for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert (found["nccl_bandwidth"], found["nccl_data_integrity"]) == ("FAIL", "SKIP")
