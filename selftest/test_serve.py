@@ -550,22 +550,29 @@ def test_socket_owners_read_as_chown_reads_them():
 # --- the proto and the unit -------------------------------------------------------------------
 
 
-def test_the_generated_modules_are_what_the_proto_gives(tmp_path: Path):
-    """Regenerate as nvhcd.proto's header says; the committed files must be byte-identical
-    (a stale module would serve another contract than the proto shows)."""
+@pytest.fixture(params=["nvhcd", "podresources"])
+def proto(request: pytest.FixtureRequest) -> Path:
+    """Each proto gpuhealth speaks: nvhcd (serve) and the kubelet's pod-resources subset."""
+    return PROTO.with_name(f"{request.param}.proto")
+
+
+def test_the_generated_modules_are_what_the_proto_gives(tmp_path: Path, proto: Path):
+    """Regenerate as the proto's header says; the committed files must be byte-identical
+    (a stale module would speak another contract than the proto shows)."""
     from grpc_tools import protoc
 
     source = tmp_path / "gpuhealth" / "integrations"
     source.mkdir(parents=True)
-    shutil.copy(PROTO, source)
+    shutil.copy(proto, source)
     out = tmp_path / "out"
     out.mkdir()
     arguments = ["-I", str(tmp_path), f"--python_out={out}", f"--pyi_out={out}"]
-    arguments += [f"--grpc_python_out={out}", str(source / "nvhcd.proto")]
+    arguments += [f"--grpc_python_out={out}", str(source / proto.name)]
     assert protoc.main(["protoc", *arguments]) == 0
-    for name in ("nvhcd_pb2.py", "nvhcd_pb2.pyi", "nvhcd_pb2_grpc.py"):
+    for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py"):
+        name = proto.stem + suffix
         generated = (out / "gpuhealth" / "integrations" / name).read_text()
-        assert (PROTO.parent / name).read_text() == generated, f"{name} is stale: regenerate"
+        assert (proto.parent / name).read_text() == generated, f"{name} is stale: regenerate"
 
 
 def test_the_wire_contract_is_nvidias():
