@@ -235,7 +235,7 @@ def _counters(gpu: Dict[str, Any], block: _PastedGpu) -> None:
 def looks_like_pasted(text: str) -> bool:
     """`nvidia-smi nvlink -s` or `-e`: a "GPU N: <name>" line (after a command line or an
     elision) and, right below it, a link line or NVML's "all links are inActive"."""
-    lines = []
+    lines: List[str] = []
     for line in text[:65536].splitlines():
         stripped = line.strip()
         if stripped and not _ELISION.match(stripped) and not (not lines and _is_prompt(stripped)):
