@@ -717,7 +717,7 @@ def served(roles_run):
 def test_the_health_service_runs_from_the_agent_role_s_unit(served):
     for node, command in served.commands.items():
         assert command.startswith("/opt/gpuhealth/bin/gpuhealth serve --socket /var/run/nvhcd.sock")
-        assert served.mode[node] == "660"
+        assert served.mode[node] == "666"  # the jobs' users reach it (the role's default)
 
 
 @on_the_bed
@@ -761,6 +761,7 @@ class SlurmRun:
     health_resumed_s: float
     n1_meanwhile: tuple[str, str]
     node_check_log: str
+    jobs: JobsRun
 
 
 def _n2(bed, broken: bool) -> None:
@@ -819,6 +820,9 @@ def slurm_run(roles_run):
         TIMINGS["HealthCheckProgram: n2 drained, then resumed"] = (
             health_drained_s + health_resumed_s
         )
+        start = time.monotonic()
+        busy = _jobs(bed, slurm)
+        TIMINGS["Jobs: busy n1, prolog and epilog drains"] = time.monotonic() - start
         yield SlurmRun(
             dry,
             before,
@@ -834,7 +838,137 @@ def slurm_run(roles_run):
             health_resumed_s,
             slurm.nodes()["n1"],
             bed.ssh("n2", "cat /var/log/gpuhealth-node-check.log", check=False).stdout,
+            busy,
         )
+
+
+# The README's slurm.conf lines: the HealthCheckProgram on every node whatever its state, the
+# prolog before each job (at allocation) and the epilog after it (every 5 s here, not 300).
+README_SLURM = (
+    HEALTH_CHECK
+    + "HealthCheckInterval=5\nHealthCheckNodeState=ANY,CYCLE\n"
+    + "Prolog=/usr/local/sbin/gpuhealth-slurm-prolog\nPrologFlags=Alloc\n"
+    + "Epilog=/usr/local/sbin/gpuhealth-slurm-epilog\n"
+)
+JOB_SECONDS = 600  # the jobs sleep; each phase ends its job itself
+
+
+@dataclass
+class JobsRun:
+    """Jobs on the bed under the README's Slurm config (sinfo's (state, reason) each time)."""
+
+    busy_seen: list[tuple[str, str]]  # n1 running a job, healthy, over several intervals
+    busy_job: str  # squeue's state of that job meanwhile
+    busy_log: str  # n1's node-check log then
+    fault_seen: tuple[str, str]  # n1, same job, ECC errors on gpu3
+    fault_job: str  # the job's state once n1 is draining
+    prolog_seen: tuple[str, str]  # n2 with a stray process, a job sent to it
+    prolog_job: str  # that job's state and reason (requeued)
+    epilog_seen: tuple[str, str]  # n1 after a job whose GPU memory stays in use
+    log: str  # n1's and n2's node-check logs at the end
+
+
+def _scenario(bed, node: str, name: str, pid: str | None = None, **keys: str) -> None:
+    """Serve a fake-NVML scenario on a node, its compute processes owned by `pid`."""
+    from selftest.fakenvml import DEFAULT_SCENARIO, scenario_text
+
+    text = scenario_text(name)
+    if pid is not None:
+        text = text.replace("processes=1:", f"processes={pid}:")
+    text += "".join(f"{key}={value}\n" for key, value in keys.items())
+    bed.ssh(node, f"cat > {DEFAULT_SCENARIO}", input=text)
+
+
+def _job(slurm, node: str) -> str:
+    """Submit a job that sleeps on `node`; its id."""
+    out = slurm.run(
+        "sbatch", "--parsable", "-w", node, "-o", "/dev/null", "--wrap", f"exec sleep {JOB_SECONDS}"
+    )
+    return out.strip().split(";")[0]
+
+
+def _job_state(slurm, job: str) -> str:
+    """squeue's state and reason of a job ("" once it left the queue)."""
+    return slurm.run("squeue", "-h", "-j", job, "-o", "%T %r").strip()
+
+
+def _wait(what, test, timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        seen = what()
+        if test(seen) or time.monotonic() > deadline:
+            return seen
+        time.sleep(0.5)
+
+
+def _sleeper(bed, node: str) -> str:
+    """The PID of the job's `sleep` on the node (its own PID namespace), once it runs."""
+    found = _wait(
+        lambda: bed.ssh(node, f"pgrep -x -f 'sleep {JOB_SECONDS}'", check=False).stdout.split(),
+        bool,
+        30,
+    )
+    assert found, f"no job process on {node}"
+    return found[0]
+
+
+def _jobs(bed, slurm) -> JobsRun:
+    """The README's HealthCheckProgram, prolog and epilog with jobs on n1 and n2."""
+    slurm.configure(bed, README_SLURM)
+    # A healthy busy node: a job on n1, its process on every GPU (60 GiB, 97 % busy), over
+    # several HealthCheckIntervals; then 2 uncorrectable ECC errors on gpu3 under the job.
+    job = _job(slurm, "n1")
+    assert _wait(lambda: _job_state(slurm, job), lambda s: s.startswith("RUNNING"), 60)
+    pid = _sleeper(bed, "n1")
+    _scenario(bed, "n1", "busy-h100x8", pid)
+    busy_seen = []
+    for _ in range(6):
+        time.sleep(3)
+        busy_seen.append(slurm.nodes()["n1"])
+    busy_job = _job_state(slurm, job)
+    busy_log = bed.ssh("n1", "cat /var/log/gpuhealth-node-check.log", check=False).stdout
+    _scenario(bed, "n1", "busy-ecc-gpu3", pid)
+    fault_seen = slurm.wait_for("n1", lambda s: s[1].startswith("gpuhealth:"), 60)
+    fault_job = _job_state(slurm, job)
+    slurm.run("scancel", job)
+    _scenario(bed, "n1", "healthy-h100x8")
+    slurm.wait_for("n1", lambda s: s[0] == "idle", 90)  # an idle PASS resumes it
+    # The prolog: a stray process on idle n2; the job sent there is requeued, n2 drained.
+    slurm.configure(bed, README_SLURM.replace(HEALTH_CHECK, ""))
+    _scenario(bed, "n2", "memory-stuck-gpu6")
+    stray = _job(slurm, "n2")
+    prolog_seen = slurm.wait_for("n2", lambda s: s[0].startswith("drain"), 60)
+    prolog_job = _wait(
+        lambda: _job_state(slurm, stray), lambda s: not s.startswith(("RUNNING", "CONFIG")), 30
+    )
+    slurm.run("scancel", stray)
+    # The epilog: a job on n1 ends and 20 GiB stay in use on gpu6 with no process holding it.
+    job = _job(slurm, "n1")
+    assert _wait(lambda: _job_state(slurm, job), lambda s: s.startswith("RUNNING"), 60)
+    _scenario(bed, "n1", "healthy-h100x8", **{"gpu.6.memory.used_mib": "20480"})
+    slurm.run("scancel", job)
+    epilog_seen = slurm.wait_for("n1", lambda s: s[0].startswith("drain"), 90)
+    log = "".join(
+        f"--- {node}\n" + bed.ssh(node, "cat /var/log/gpuhealth-node-check.log", check=False).stdout
+        for node in ("n1", "n2")
+    )
+    for node in ("n1", "n2"):  # leave both as the tests after found them
+        _scenario(bed, node, "healthy-h100x8")
+    slurm.configure(bed)
+    for name in ("n1", "n2"):
+        if slurm.nodes()[name][0].startswith("drain"):
+            slurm.run("scontrol", "update", f"NodeName={name}", "State=RESUME")
+    return JobsRun(
+        busy_seen,
+        busy_job,
+        busy_log,
+        fault_seen,
+        fault_job,
+        prolog_seen,
+        prolog_job,
+        epilog_seen,
+        log,
+    )
 
 
 @on_the_bed
@@ -900,5 +1034,37 @@ def test_the_health_check_program_drains_and_resumes_its_own_node(slurm_run):
     assert "slurm: done: scontrol update NodeName=n2 State=DRAIN" in slurm_run.node_check_log
     assert "slurm: done: scontrol update NodeName=n2 State=RESUME" in slurm_run.node_check_log
     # well inside Slurm's 60 s for a HealthCheckProgram, the hung storage path included
-    durations = [float(d) for d in re.findall(r", ([0-9.]+) s\)$", slurm_run.node_check_log, re.M)]
+    durations = [float(d) for d in re.findall(r", ([0-9.]+) s[,)]", slurm_run.node_check_log)]
     assert durations and max(durations) < 30, slurm_run.node_check_log
+
+
+@on_the_bed
+def test_a_busy_healthy_node_is_never_drained_and_a_busy_faulty_one_is(slurm_run):
+    """The README's HealthCheckProgram (ANY,CYCLE, node state auto) on n1 running a job on
+    every GPU: allocated and undrained over six looks; with ECC errors on gpu3 it is drained
+    with gpuhealth's reason while the job keeps running."""
+    jobs = slurm_run.jobs
+    assert all(seen == ("allocated", "") for seen in jobs.busy_seen), (jobs.busy_seen, jobs.log)
+    assert jobs.busy_job.startswith("RUNNING"), jobs.busy_job
+    assert "in-use: Slurm: node n1 is ALLOCATED" in jobs.busy_log, jobs.busy_log
+    state, reason = jobs.fault_seen
+    assert state.startswith("draining") or state.startswith("drng"), (jobs.fault_seen, jobs.log)
+    assert reason.startswith("gpuhealth: FAIL ") and "ECC" in reason, reason
+    assert jobs.fault_job.startswith("RUNNING"), jobs.fault_job
+
+
+@on_the_bed
+def test_the_prolog_drains_a_node_with_stray_processes_and_requeues_the_job(slurm_run):
+    jobs = slurm_run.jobs
+    state, reason = jobs.prolog_seen
+    assert state.startswith("drain"), (jobs.prolog_seen, jobs.log)
+    assert reason.startswith("gpuhealth: FAIL ") and "stray compute processes" in reason, reason
+    assert jobs.prolog_job.startswith("PENDING"), jobs.prolog_job
+
+
+@on_the_bed
+def test_the_epilog_drains_a_node_whose_gpu_memory_is_not_freed(slurm_run):
+    jobs = slurm_run.jobs
+    state, reason = jobs.epilog_seen
+    assert state.startswith("drain"), (jobs.epilog_seen, jobs.log)
+    assert reason.startswith("gpuhealth: FAIL ") and "still in use after waiting" in reason, reason

@@ -132,7 +132,14 @@ def bed_vars(bed: Bed) -> dict[str, dict[str, Any]]:
     # n1, n2, gb1 read NVML through nvidia-ml-py; dgx-gpu3 has none (nvidia-smi fallback).
     nvml = {"nvidia_driver_extra_packages": ["python3-nvidia-ml-py"]}
     # n1, n2 get gpuhealth itself (serve, Slurm's HealthCheckProgram), from the wheelhouse.
-    agent = {"gpuhealth_agent_installed": True, "gpuhealth_agent_slurm_healthcheck": True}
+    # The jobs' memory-reclaim wait is 4 s, not 25: the epilog test waits for it.
+    agent = {
+        "gpuhealth_agent_installed": True,
+        "gpuhealth_agent_slurm_healthcheck": True,
+        "gpuhealth_agent_slurm_prolog": True,
+        "gpuhealth_agent_slurm_epilog": True,
+        "reclaim_wait_s": 4,
+    }
     return {
         "n1": {**common, **nvml, **agent},
         "n2": {**common, **nvml, **agent},

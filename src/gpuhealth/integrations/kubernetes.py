@@ -197,9 +197,10 @@ def _ours(taint: dict[str, Any]) -> bool:
 
 
 def _plan_taints(
-    verdict: str, taints: list[dict[str, Any]], complete: bool
+    state: runs.NodeState, taints: list[dict[str, Any]], complete: bool
 ) -> tuple[list[dict[str, Any]] | None, list[str], list[str]]:
     """The node's new taint list (None: unchanged), the change in words, what is kept."""
+    verdict = state.verdict
     mine = [t for t in taints if _ours(t)]
     others = [t for t in taints if not _ours(t)]
     shown = f"taint {TAINT_KEY}={TAINT['value']}:{TAINT['effect']}"
@@ -211,6 +212,8 @@ def _plan_taints(
         return None, [], [f"{shown} kept: only a PASS removes it"]
     if not complete:
         return None, [], [f"{shown} kept: the run did not finish"]
+    if not state.vouches_for_idle:
+        return None, [], [f"{shown} kept: PASS judged in use (fault rules only)"]
     return others, [f"{shown}: removed"], []
 
 
@@ -264,7 +267,7 @@ def plan_node(
             notes.append(f"{_gpus('=' + UNHEALTHY, kept)} kept: this run did not judge the GPUs")
 
     taints = (node.get("spec") or {}).get("taints") or []
-    new_taints, changed, kept_taints = _plan_taints(state.verdict, taints, complete)
+    new_taints, changed, kept_taints = _plan_taints(state, taints, complete)
     changes += changed
     notes += kept_taints
     patches: list[Patch] = []

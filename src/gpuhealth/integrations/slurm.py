@@ -161,6 +161,11 @@ def plan(
         elif state.verdict == "PASS" and node.drained and node.ours:
             if not run.complete:
                 notes.append(f"{where}: PASS, not resumed: the run did not finish")
+            elif not state.vouches_for_idle:
+                notes.append(
+                    f"{where}: PASS judged in use (fault rules only), not resumed: it stays "
+                    f"drained until it passes idle ({node.reason})"
+                )
             else:
                 changes.append(Change(name, host, "RESUME", None, "PASS in this run"))
         elif node.drained and node.ours:

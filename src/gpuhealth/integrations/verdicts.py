@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuhealth.config import ConfigError
+from gpuhealth.facts import IN_USE, NODE_STATES
 from gpuhealth.report import VERDICTS
 from gpuhealth.targets import host_vars_of
 
@@ -30,6 +31,13 @@ class NodeState:
     actions: list[str]
     failed: list[dict[str, Any]] = field(default_factory=list)
     gpu_slots: int | None = None
+    node_state: str | None = None  # idle or in-use; None: a run from before node states
+
+    @property
+    def vouches_for_idle(self) -> bool:
+        """Whether a PASS of this node vouches for every rule: one judged in use (fault rules
+        only) does not, so it never undoes a drain or taint an idle rule may have set."""
+        return self.node_state != IN_USE
 
     @property
     def headline(self) -> str:
@@ -90,6 +98,7 @@ def _node(path: Path, host: str, node: Any) -> NodeState:
         _strings(node.get("actions")),
         failed,
         slots,
+        node.get("node_state") if node.get("node_state") in NODE_STATES else None,
     )
 
 
