@@ -48,6 +48,7 @@ class Selection:
     # idle, in-use or auto; None: the inventory's node_state (default idle).
     node_state: str | None = None
     slurm_node: str | None = None  # this node's Slurm name, for auto (default: slurmd's)
+    kubelet_socket: str = kubelet.SOCKET  # the kubelet's pod-resources API, for auto
 
     def name(self) -> str:
         """This host's name in the inventory and the reports (default: the hostname)."""
@@ -179,7 +180,7 @@ def judge_here(selection: Selection, target: Target | None = None) -> LocalVerdi
     if slurm_node:
         config["slurm_node"] = str(slurm_node)
     if limits.values["node_state"] == AUTO:
-        hint = kubelet.node_state_hint()
+        hint = kubelet.node_state_hint(selection.kubelet_socket)
         if hint is not None:
             config["node_state_hint"] = hint
     book = reporting.VerdictBook()

@@ -17,6 +17,7 @@ from pathlib import Path
 from gpuhealth import report as reporting
 from gpuhealth.config import ConfigError
 from gpuhealth.facts import AUTO, IDLE, IN_USE
+from gpuhealth.integrations import kubelet
 from gpuhealth.local import DEFAULT_TIMEOUT_S, LocalVerdict, Selection, judge_here
 
 # Exit codes: as `gpuhealth triage` (0 healthy, 1 FAIL or nothing vouches for the node, 2 the
@@ -51,6 +52,13 @@ def add_selection(parser: argparse.ArgumentParser, node_state: str) -> None:
         "view of this node, the kubelet's pods, else compute processes on the GPUs decide "
         f"(default {node_state})",
     )
+    parser.add_argument(
+        "--kubelet-socket",
+        default=kubelet.SOCKET,
+        metavar="PATH",
+        help="with --node-state auto: the kubelet's pod-resources socket, asked which pods "
+        f"hold GPUs (default {kubelet.SOCKET}; none there: not on Kubernetes)",
+    )
 
 
 def selection(args: argparse.Namespace) -> Selection:
@@ -69,6 +77,7 @@ def selection(args: argparse.Namespace) -> Selection:
         timeout_s=args.timeout,
         node_state=args.node_state,
         slurm_node=getattr(args, "slurm_node", None) or os.environ.get("SLURMD_NODENAME"),
+        kubelet_socket=args.kubelet_socket,
     )
 
 
