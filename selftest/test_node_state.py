@@ -309,3 +309,20 @@ def test_the_busy_node_judged_idle_fails_its_idle_rules_within_the_deadline(
     reclaim = next(f for f in doc["failed_checks"] if f["check"] == "memory_reclaim")
     assert "cut to" in reclaim["message"] and "by the probe's deadline" in reclaim["message"]
     assert took < 20 + 5, took
+
+
+def test_a_busy_node_s_readings_never_enter_an_idle_baseline():
+    """history records a GPU's idle temperature and power only from a node judged idle: a job
+    on its other GPUs heats an unused one."""
+    from gpuhealth.families.history import metrics
+    from gpuhealth.history.run import measured
+
+    facts = healthy_h100()
+    spare = {**facts["gpus"][7], "utilization_gpu_pct": 0, "processes": []}
+    assert "idle_temperature_c" in metrics.gpu_values(spare)
+    assert "idle_temperature_c" not in metrics.gpu_values(spare, node_in_use=True)
+    assert "ecc_uncorrected_aggregate" in metrics.gpu_values(spare, node_in_use=True)
+    facts["gpus"][7] = spare
+    busy = NodeView("n", {**facts, "node_state": {"state": "in-use", "source": "x"}}, limits())
+    names = {row["metric"] for row in measured(busy)["rows"]}
+    assert names and not names & {"idle_temperature_c", "idle_power_w"}

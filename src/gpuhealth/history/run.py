@@ -89,7 +89,7 @@ def measured(view: NodeView) -> dict[str, Any]:
     for gpu in view.facts.get("gpus") or []:
         if isinstance(gpu, dict) and isinstance(gpu.get("index"), int):
             key = metrics.gpu_key(gpu)
-            for name, value in metrics.gpu_values(gpu).items():
+            for name, value in metrics.gpu_values(gpu, view.in_use).items():
                 rows.append(_row(gpu["index"], key, name, value))
     identity = {**node, "profile": view.limits.name, "gpus": gpus}
     return {"identity": identity, "rows": rows}

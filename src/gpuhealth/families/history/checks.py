@@ -331,7 +331,7 @@ def gpu_regression(node: NodeView, gpu: dict[str, Any]) -> Result:
     out = Judgement(gpu_label(node.host, index, gpu), index, "gpu_regression")
     key = metrics.gpu_key(gpu)
     out.notes = _gpu_notes(runs, gpu, key)
-    _judge_gpu_values(node, gpu, record, runs, metrics.gpu_values(gpu), out)
+    _judge_gpu_values(node, gpu, record, runs, metrics.gpu_values(gpu, node.in_use), out)
     mine = sum(1 for sample in runs if key is not None and _index_of(sample, key) is not None)
     return out.result(str(record.get("policy")), mine)
 

@@ -260,8 +260,10 @@ def _nvlink_errors(record: Any) -> dict[str, float | None]:
     return found
 
 
-def gpu_values(gpu: dict[str, Any]) -> Values:
-    """A GPU record's error counters, and its temperature and power when it is idle."""
+def gpu_values(gpu: dict[str, Any], node_in_use: bool = False) -> Values:
+    """A GPU record's error counters, and its temperature and power when it is idle on a node
+    judged idle: a node in use gives no idle readings (its jobs heat the GPUs they leave
+    free), so they never enter an idle baseline."""
     found: dict[str, float | None] = {}
     ecc = gpu.get("ecc") if isinstance(gpu.get("ecc"), dict) else {}
     aggregate = ecc.get("aggregate") if isinstance(ecc, dict) else None
@@ -278,7 +280,8 @@ def gpu_values(gpu: dict[str, Any]) -> Values:
         found["pcie_replays"] = _number(pcie.get("replay_count"))
     found.update(_nvlink_errors(gpu.get("nvlink_errors")))
     processes = gpu.get("processes")
-    if gpu.get("utilization_gpu_pct") == 0 and isinstance(processes, list) and not processes:
+    idle = gpu.get("utilization_gpu_pct") == 0 and isinstance(processes, list) and not processes
+    if idle and not node_in_use:
         found["idle_temperature_c"] = _number(gpu.get("temperature_c"))
         found["idle_power_w"] = _number(gpu.get("power_draw_w"))
     return {name: value for name, value in found.items() if value is not None}
