@@ -47,6 +47,9 @@ REQUIRED_SCENARIOS = (
     "rowremap-pending-gpu1",
     "nvml-hang",
     "no-driver",
+    "gpu-lost-gpu3",
+    "gpu-lost-after-handle-gpu5",
+    "gpu-unlisted-bus5d",
 )
 QUIRKS = {
     "extends": "healthy-h100x8",
@@ -200,6 +203,7 @@ def test_healthy_node(probe):
         assert gpu["nvlink"] == [{"link": link, "up": True} for link in range(18)]
         assert gpu["recovery_action"] == 0
         assert gpu["processes"] == []
+        assert gpu["lost"] is False
         assert list(gpu["unavailable"]) == ["platform", "retired_pages"]
         at = f"gpu={gpu['index']}"
         assert gpu["unavailable"]["platform"] == {  # as on an HGX board
@@ -300,6 +304,54 @@ def test_hung_call_costs_one_timeout(probe):
             assert hung in gpu["unavailable"][key]["detail"]
     assert [gpu["index"] for gpu in gpus] == list(range(8))
     assert all(kind(gpu, key) == "timeout" for gpu in gpus[5:] for key in GPU_KEYS[1:])
+    assert [gpu["lost"] for gpu in gpus[:4]] == [False] * 4  # answered before the hang
+    assert gpu4["unavailable"]["lost"] == {  # not every call answered: lost or not, unknown
+        "kind": "timeout",
+        "detail": f"NVML hung at {hung} (no answer within 2 s)",
+    }
+
+
+def test_a_lost_handle_names_the_gpu_lost(probe):
+    result = probe("gpu-lost-gpu3")
+    gpus = result["r"]["gpus"]
+    assert result["r"]["gpu_count"] == 8
+    assert gpus[3]["lost"] == {"call": "nvmlDeviceGetHandleByIndex(gpu=3)", "error": "GPU is lost"}
+    assert "lost" not in gpus[3]["unavailable"]
+    assert all(kind(gpus[3], key) == "error" for key in GPU_KEYS[1:] if key != "lost")
+    assert [gpu["lost"] for gpu in gpus if gpu["index"] != 3] == [False] * 7
+
+
+def test_a_gpu_lost_after_its_handle_is_named_by_its_first_lost_call(probe):
+    result = probe("gpu-lost-after-handle-gpu5")
+    gpus = result["r"]["gpus"]
+    assert gpus[5]["lost"] == {"call": "nvmlDeviceGetName(gpu=5)", "error": "GPU is lost"}
+    assert gpus[5]["unavailable"]["recovery_action"]["detail"].endswith("GPU is lost")
+    assert result["errors"][0]["call"] == "nvmlDeviceGetName(gpu=5)"
+    assert all("(gpu=5" in error["call"] for error in result["errors"])  # no other GPU's
+    assert [gpu["lost"] for gpu in gpus if gpu["index"] != 5] == [False] * 7
+
+
+def test_gpus_lost_between_the_nvlink_reads_are_named_lost(fake_nvml_lib, tmp_path):
+    """Every GPU answered the first pass; during the NVLink window they fall off the bus, so
+    the second read of their error counters answers GPU_IS_LOST."""
+    prelude = """
+import time
+window = {"over": False}
+sleep, counter = time.sleep, pynvml.nvmlDeviceGetNvLinkErrorCounter
+def waited(seconds):
+    sleep(seconds)
+    window["over"] = True
+def lost_after_the_window(*args):
+    if window["over"]:
+        raise pynvml.NVMLError(15)
+    return counter(*args)
+time.sleep, pynvml.nvmlDeviceGetNvLinkErrorCounter = waited, lost_after_the_window
+"""
+    scenario = write_scenario("healthy-h100x8", tmp_path / "healthy.txt")
+    gpus = run_probe(fake_nvml_lib, scenario, prelude, window_s=0.1)["r"]["gpus"]
+    for gpu in gpus:
+        call = f"nvmlDeviceGetNvLinkErrorCounter(gpu={gpu['index']}, link=0, DL_REPLAY)"
+        assert gpu["lost"] == {"call": call, "error": "GPU is lost"}
 
 
 def test_driver_not_loaded(probe):
@@ -398,8 +450,13 @@ def test_quirks(probe):
     assert [gpu["temperature_c"] for gpu in gpus if gpu["index"] != 1] == [40] * 7  # fallback
     assert gpus[0]["nvlink"][5] == {"link": 5, "up": False}
     lost = gpus[1]
-    assert all(kind(lost, key) == "error" for key in GPU_KEYS[1:])
+    assert all(kind(lost, key) == "error" for key in GPU_KEYS[1:] if key != "lost")
     assert "GPU is lost" in lost["unavailable"]["uuid"]["detail"]
+    assert lost["lost"] == {"call": "nvmlDeviceGetHandleByIndex(gpu=1)", "error": "GPU is lost"}
+    assert gpus[6]["lost"] == {  # a field value's own nvmlReturn says so too
+        "call": "nvmlDeviceGetFieldValues(gpu=6, field=230)",
+        "error": "nvmlReturn=15 (NVMLError_GpuIsLost), valueType=1",
+    }
     assert (gpus[2]["ecc_mode"], kind(gpus[2], "ecc")) == ("disabled", "not_supported")
     assert gpus[2]["retired_pages"] == {"single_bit": 3, "double_bit": 1, "pending": True}
     assert gpus[4]["processes"][0]["pid"] == 1

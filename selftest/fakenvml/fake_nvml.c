@@ -17,7 +17,10 @@
  *   fn.<symbol>                   any call of that symbol, e.g. fn.nvmlDeviceGetTemperatureV=ERROR:13
  *                                 makes the library look older than that function
  *   gpu.<i>.<key>, gpu.all.<key>  one GPU, every GPU; <key> is one of
- *     handle (ok)  name  uuid  serial  pci_bus_id  pci_device_id (0x233010DE)  architecture (9)
+ *     handle (ok: the answer of nvmlDeviceGetHandleByIndex)
+ *     device (ok: the answer of every call on the GPU's handle, e.g. ERROR:15 for a GPU that
+ *       fell off the bus after NVML took its handle)
+ *     name  uuid  serial  pci_bus_id  pci_device_id (0x233010DE)  architecture (9)
  *     vbios_version  persistence_mode (1)  memory.total_mib (81559)  memory.used_mib (0)
  *     memory.used_mib_after_s ("SECONDS:MIB": memory.used_mib becomes MIB that many seconds
  *       after the process's first nvmlInit, as when a finished job's memory is freed)
@@ -183,8 +186,14 @@ static const unsigned int hgx_buses[8] = {0x19, 0x3b, 0x4c, 0x5d, 0x9b, 0xbb, 0x
 #define TRY(expr) do { nvmlReturn_t rc_ = (expr); if (rc_) return rc_; } while (0)
 /* Every entry point: NVML initialised, then the scenario's fn.<symbol> override. */
 #define ENTER() TRY(enter(__func__))
+/* ... and for a device, its gpu.<i>.device answer (a GPU lost after its handle was taken). */
 #define ENTER_DEVICE(dev) \
-    do { ENTER(); if (!valid(dev)) return NVML_ERROR_INVALID_ARGUMENT; } while (0)
+    do { \
+        ENTER(); \
+        if (!valid(dev)) \
+            return NVML_ERROR_INVALID_ARGUMENT; \
+        TRY(special(gpu_value((dev)->index, "device"))); \
+    } while (0)
 
 static char *trim(char *s)
 {

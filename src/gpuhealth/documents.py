@@ -45,6 +45,13 @@ class EccGroup(_Record):
     unavailable: dict[str, dict[str, Any]] = {}
 
 
+class LostCall(_Record):
+    """The call NVML answered NVML_ERROR_GPU_IS_LOST for a GPU (a GPU record's `lost`)."""
+
+    call: StrictStr
+    error: StrictStr
+
+
 class GpuRecord(_Record):
     """The fields of a GPU record the checks compute with, typed; the rest is kept as is."""
 
@@ -69,6 +76,7 @@ class GpuRecord(_Record):
     pcie: dict[str, Count | None] | None = None
     nvlink: list[dict[str, Any]] | None = None
     processes: list[dict[str, Any]] | None = None
+    lost: Literal[False] | LostCall | None = None
     unavailable: dict[str, dict[str, Any]] = {}
 
 

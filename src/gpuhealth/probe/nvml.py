@@ -22,6 +22,7 @@ NVML_SUCCESS = 0
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15  # "fallen off the bus or has otherwise become inaccessible"
 _NOT_SUPPORTED_CODES = (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND)
 
 Keys = Union[str, Tuple[str, ...]]
@@ -92,6 +93,9 @@ class Session:
 
     def __init__(self, nv: Any, worker: _Worker, errors: List[Dict[str, Any]]) -> None:
         self.nv, self.worker, self.errors = nv, worker, errors
+        # Every call NVML answered NVML_ERROR_GPU_IS_LOST, in order: a GPU's reader names the
+        # GPU lost from those made while it read.
+        self.lost: List[Unavailable] = []
 
     def call(self, label: str, name: str, *args: Any) -> Any:
         """pynvml.<name>(*args) on the worker; failures raise Unavailable with their kind.
@@ -114,9 +118,12 @@ class Session:
             raise Unavailable("error", label, f"{type(exc).__name__}: {exc}") from None
 
     def record(self, why: Unavailable) -> None:
-        """Append a real failure (an NVML error, the call that hung) to the probe's errors."""
+        """Append a real failure (an NVML error, the call that hung) to the probe's errors;
+        keep a GPU-is-lost answer in `lost` as well."""
         if why.record:
             self.errors.append({"probe": "nvml", "call": why.call, "error": why.error})
+        if why.code == NVML_ERROR_GPU_IS_LOST:
+            self.lost.append(why)
 
     def note(self, obj: Dict[str, Any], keys: Keys, why: Unavailable) -> None:
         """Null obj's keys with the reason, and record the failure once."""

@@ -182,12 +182,14 @@ class _GpuReader:
         self.s.read(obj, keys, self.at(name, *extra), name, self.handle, *args, convert=convert)
 
     def collect(self) -> dict:
+        since = len(self.s.lost)
         try:
             self.handle = self.s.call(
                 self.at("nvmlDeviceGetHandleByIndex"), "nvmlDeviceGetHandleByIndex", self.index
             )
         except Unavailable as why:  # e.g. GPU is lost: keep the record, every field says why
             self.s.note(self.gpu, GPU_KEYS[1:], why)
+            self.became_lost(since)
             return self.gpu
         self._identity()
         self._temperatures()
@@ -206,7 +208,28 @@ class _GpuReader:
             convert=lambda infos: [process_record(info) for info in infos],
         )
         self._recovery_action()
+        self._judge_lost(since)
         return self.gpu
+
+    def became_lost(self, since: int) -> bool:
+        """Name the GPU lost by the first of its calls since `since` (an index into the
+        session's `lost`) that NVML answered NVML_ERROR_GPU_IS_LOST; whether there was one."""
+        calls = self.s.lost[since:]
+        if calls and not self.gpu["lost"]:
+            self.store("lost", {"call": calls[0].call, "error": calls[0].error})
+        return bool(calls)
+
+    def _judge_lost(self, since: int) -> None:
+        """`lost` once every call for the GPU was made: the call that found it lost, else
+        false; unknown when NVML hung before it answered them all."""
+        if self.became_lost(since):
+            return
+        hung = self.s.worker.hung
+        if hung:
+            detail = f"NVML hung at {hung} (no answer within {self.s.worker.timeout_s:g} s)"
+            mark_unavailable(self.gpu, "lost", "timeout", detail)
+        else:
+            self.store("lost", False)
 
     def _identity(self) -> None:
         gpu = self.gpu
@@ -784,7 +807,9 @@ def collect(
         if waiting and nvlink_error_window_s > 0 and not session.worker.hung:
             time.sleep(nvlink_error_window_s)
         for reader in waiting:
+            since = len(session.lost)
             reader.read_nvlink_errors_again(nvlink_error_window_s, session.worker.hung)
+            reader.became_lost(since)  # it fell off the bus during the window
         facts = {"driver": driver, "gpu_count": count, "gpus": gpus}
     close_session(session)
     return facts

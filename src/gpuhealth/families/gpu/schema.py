@@ -77,6 +77,7 @@ PLATFORM_KEYS = ("module_id", "tray_index", "slot_number", "host_id", "peer_type
 NVML_ONLY = {
     "nvlink_errors": "only NVML reads the NVLink error counters (nvidia-smi -q has none)",
     "platform": "only NVML reads the platform info and module id here",
+    "lost": "only NVML tells a lost GPU (NVML_ERROR_GPU_IS_LOST) here",
 }
 
 GPU_KEYS = (
@@ -112,6 +113,8 @@ GPU_KEYS = (
     "platform",
     "recovery_action",
     "processes",
+    # false, or the first call NVML answered NVML_ERROR_GPU_IS_LOST: {"call", "error"}
+    "lost",
 )
 
 
