@@ -148,6 +148,7 @@ def healthy_h100() -> dict[str, Any]:
     for gpu in facts["gpus"]:
         gpu["clock_event_reasons"] = {"active": [], "mask": 0, "unavailable": {}}
         gpu["recovery_action"] = 0
+        gpu["lost"] = False  # NVML answered every call for it
         gpu["nvlink"] = [{"link": n, "up": True} for n in range(18)]
         gpu["nvlink_errors"] = {  # every counter read twice, 2 s apart, with no growth
             "window_s": 2.0,

@@ -249,7 +249,8 @@ def test_missing_gpu_fails_every_gpu_check_of_its_index():
     del facts["gpus"][7]
     facts["gpu_count"] = 7
     assert run("gpu_count", facts).text.startswith(
-        "node17: expected 8 GPUs, found 7; 8 NVIDIA GPUs on the PCI bus."
+        "node17: expected 8 GPUs, found 7; 8 NVIDIA GPUs on the PCI bus, the driver lists 7: "
+        "00000000:DB:00.0 lost (on the bus, not listed by the driver). Action REBOOT_NODE:"
     )
     for name in registry.names("gpu"):
         result = run(name, facts, 7)

@@ -17,6 +17,7 @@ from gpuhealth.integrations import verdicts as runs
 from selftest.fakenvml import nvml_env, write_scenario
 
 GPUHEALTH = str(Path(sys.executable).with_name("gpuhealth"))
+TREE = Path(__file__).parent / "data" / "system" / "hgx-h100-2socket"
 H100 = ("--profile", "h100-sxm", "--expected-gpus", "8")
 
 
@@ -61,6 +62,37 @@ def test_a_missing_gpu_fails_its_slot(fake_nvml_lib, tmp_path):
     doc = json.loads(done.stdout)
     assert done.returncode == 1
     assert ("gpu_count", None) in {(f["check"], f["gpu"]) for f in doc["failed_checks"]}
+
+
+def test_a_lost_gpu_heads_the_verdict_on_a_node_in_use(fake_nvml_lib, tmp_path):
+    done = node_check(
+        fake_nvml_lib, "gpu-lost-gpu3", tmp_path, *H100, "--node-state", "in-use", "--json"
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    assert (doc["verdict"], doc["node_state"]) == ("FAIL", "in-use")
+    assert doc["reasons"][0].startswith(
+        "gpu-node-1 gpu3 (uuid unknown): GPU lost: NVML answered "
+        "nvmlDeviceGetHandleByIndex(gpu=3) with GPU is lost"
+    )
+    assert doc["actions"][0] == "REBOOT_NODE"
+    lost = [f for f in doc["failed_checks"] if f["check"] == "gpu_lost"]
+    assert [(f["gpu"], f["action"]) for f in lost] == [(3, "REBOOT_NODE")]
+    assert not any("mixed GPU models" in reason for reason in doc["reasons"])
+
+
+def test_a_gpu_on_the_bus_the_driver_does_not_list_heads_the_verdict(fake_nvml_lib, tmp_path):
+    """The probe reads the bus under --root: 8 GPUs there, 7 listed by the driver."""
+    done = node_check(fake_nvml_lib, "gpu-unlisted-bus5d", tmp_path, "--root", str(TREE), "--json")
+    assert done.returncode == 1, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["reasons"][0] == (
+        "gpu-node-1: expected 8 GPUs, found 7; 8 NVIDIA GPUs on the PCI bus, the driver lists 7: "
+        "00000000:5D:00.0 lost (on the bus, not listed by the driver) [gpu_count]"
+    )
+    assert ("gpu_count", None, "REBOOT_NODE") in {
+        (f["check"], f["gpu"], f["action"]) for f in doc["failed_checks"]
+    }
 
 
 def test_npd_plugin_mode_is_one_line_and_the_npd_exit_codes(fake_nvml_lib, tmp_path):

@@ -58,6 +58,19 @@ def gpu_tests(index: int, names: list[str] = GPU_CHECKS) -> set[str]:
     return {f"test_{name}[{HOST}-gpu{index}]" for name in names}
 
 
+# Skip on a GPU nobody can read here: the node has no RDMA fabric, and no history yet.
+NOT_READ_SKIPS = ["gpu_nic_affinity", "gpu_regression"]
+
+
+def lost_gpu_tests(index: int) -> set[str]:
+    """A lost GPU fails every check of its own that reads it, and persistence_mode (it cannot
+    be read either); with its bus id unknown, numa_topology cannot place it on a NUMA node."""
+    return gpu_tests(index) - gpu_tests(index, NOT_READ_SKIPS) | {
+        f"test_persistence_mode[{HOST}]",
+        f"test_numa_topology[{HOST}]",
+    }
+
+
 EXPECTED_FAILURES = {
     "healthy-h100x8": set(),
     "ecc-uncorrectable-gpu3": {f"test_ecc_errors[{HOST}-gpu3]"},
@@ -69,6 +82,10 @@ EXPECTED_FAILURES = {
     # Past its 87 C slowdown point a real GPU also reports HW thermal slowdown.
     "hot-gpu2": {f"test_temperature[{HOST}-gpu2]", f"test_throttle[{HOST}-gpu2]"},
     "rowremap-pending-gpu1": {f"test_row_remapping[{HOST}-gpu1]"},
+    "gpu-lost-gpu3": lost_gpu_tests(3),
+    "gpu-lost-after-handle-gpu5": lost_gpu_tests(5),
+    # As missing-gpu7: NVML numbers the 7 GPUs it lists 0-6, so slot 7 is the one missing.
+    "gpu-unlisted-bus5d": {f"test_gpu_count[{HOST}]", f"test_numa_topology[{HOST}]"} | gpu_tests(7),
 }
 
 EXPECTED_MESSAGES = {
@@ -82,6 +99,31 @@ EXPECTED_MESSAGES = {
     "driver-560": ("driver_version", None, "driver 560.35.03 is older than the required 570"),
     "hot-gpu2": ("temperature", 2, "temperature 91 C >= limit 85 C"),
     "rowremap-pending-gpu1": ("row_remapping", 1, "row remapping pending"),
+}
+
+# Skips a scenario adds to the healthy node's, and why: a lost GPU's model is not compared.
+SCENARIO_SKIPS = {
+    "gpu-lost-gpu3": {"gpu_uniformity": "not compared: not read: gpu3 (model, VBIOS)"},
+    "gpu-lost-after-handle-gpu5": {"gpu_uniformity": "not compared: not read: gpu5 (model, VBIOS)"},
+}
+
+# The node's first reason (its headline): a lost GPU, never a bill-of-materials finding.
+HEADLINES = {
+    "gpu-lost-gpu3": (
+        f"{HOST} gpu3 (uuid unknown): GPU lost: NVML answered "
+        "nvmlDeviceGetHandleByIndex(gpu=3) with GPU is lost (NVML_ERROR_GPU_IS_LOST",
+        "gpu_lost",
+    ),
+    "gpu-lost-after-handle-gpu5": (
+        f"{HOST} gpu5 (uuid unknown): GPU lost: NVML answered nvmlDeviceGetName(gpu=5) with "
+        "GPU is lost",
+        "gpu_lost",
+    ),
+    "gpu-unlisted-bus5d": (
+        f"{HOST}: expected 8 GPUs, found 7; 8 NVIDIA GPUs on the PCI bus, the driver lists 7: "
+        "00000000:5D:00.0 lost (on the bus, not listed by the driver)",
+        "gpu_count",
+    ),
 }
 
 
@@ -103,12 +145,20 @@ def test_scenario_fails_exactly_its_tests(scenario, tmp_path, fake_nvml_lib, h10
             reason = "no baseline yet (0 runs)"  # the run's own store is new
         if name == "nccl_multinode" or (reason and registry.checks()[name].level != "quick"):
             reason = "not run at level quick"
+        reason = SCENARIO_SKIPS.get(scenario, {}).get(name, reason)
         assert reason and reason in messages[test], (test, messages[test])
     verdict = run.verdicts["nodes"][HOST]
     if scenario == "healthy-h100x8":
         assert run.rc == 0 and verdict["verdict"] == "PASS"
         return
     assert run.rc == 1 and verdict["verdict"] == "FAIL"
+    assert not any("mixed GPU models" in reason for reason in verdict["reasons"])
+    if scenario in HEADLINES:
+        headline, check = HEADLINES[scenario]
+        assert verdict["reasons"][0].startswith(headline), verdict["reasons"][0]
+        assert verdict["reasons"][0].endswith(f"[{check}]")
+        assert next(f for f in verdict["failed"] if f["check"] == check)["action"] == "REBOOT_NODE"
+        return
     check, gpu, text = EXPECTED_MESSAGES[scenario]
     entry = next(f for f in verdict["failed"] if f["check"] == check and f["gpu"] == gpu)
     assert text in entry["message"]
@@ -137,6 +187,14 @@ def test_hung_nvml_call_costs_one_timeout_and_fails_what_it_could_not_read(
     assert gpu_tests(5) - unread <= fails
     message = run.messages()[f"test_temperature[{HOST}-gpu4]"]
     assert "could not read GPU temperature" in message and "timed out after 2 s" in message
+    # The hang heads the node's reasons (RERUN), never the GPUs it left unread as "mixed models".
+    reasons = run.verdicts["nodes"][HOST]["reasons"]
+    assert reasons[0].startswith(f"{HOST} gpu4 (GPU-"), reasons[0]
+    assert "NVML hung at nvmlDeviceGetTemperatureV(gpu=4) (no answer within 2 s)" in reasons[0]
+    assert reasons[0].endswith("[gpu_lost]")
+    assert not any("mixed GPU models" in reason for reason in reasons)
+    lost = next(f for f in run.verdicts["nodes"][HOST]["failed"] if f["check"] == "gpu_lost")
+    assert lost["action"] == "RERUN"
     facts = (tmp_path / "reports" / "facts" / f"{HOST}.json").read_text()
     assert "nvmlDeviceGetTemperatureV(gpu=4)" in facts
 

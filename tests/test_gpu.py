@@ -6,6 +6,11 @@ A GPU the inventory expects but the node does not show fails every test of its i
 from gpuhealth.plugin import judge
 
 
+def test_gpu_lost(gpu):
+    """NVML reaches the GPU: it has not fallen off the bus (NVML_ERROR_GPU_IS_LOST)."""
+    judge("gpu_lost", gpu)
+
+
 def test_recovery_action(gpu):
     """NVML GPU recovery action is NONE (r570+)."""
     judge("recovery_action", gpu)

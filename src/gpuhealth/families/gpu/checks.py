@@ -95,6 +95,15 @@ def gpu_count(node: NodeView) -> Result:
             Action.RERUN,
             "collect the whole output again (nvidia-smi -q > file) and triage that",
         )
+    unlisted = _unlisted(node)
+    if unlisted:
+        counted = f"expected {expected} GPUs, found {found}" if expected is not None else ""
+        return failed(
+            f"{counted or f'found {found} GPUs'}; {unlisted}",
+            Action.REBOOT_NODE,
+            "drain and reboot the node; look for Xid 79 (fallen off the bus) and RmInitAdapter "
+            "errors in dmesg; reseat or RMA the GPU if the driver still does not list it",
+        )
     if expected is None:
         return skipped(f"found {found} GPUs; no expected count (set gpu_count or --expected-gpus)")
     if found == expected:
@@ -111,11 +120,68 @@ def gpu_count(node: NodeView) -> Result:
     )
 
 
+def _unlisted(node: NodeView) -> str | None:
+    """NVIDIA GPUs on the PCI bus that the loaded driver does not list (lost to it), in words;
+    None when it lists as many as the bus shows, or either count is unknown."""
+    pci = (node.facts.get("pci") or {}).get("nvidia_gpus")
+    listed = node.facts.get("gpu_count")
+    driver = node.facts.get("driver") or {}
+    if not (driver.get("loaded") and isinstance(pci, list) and isinstance(listed, int)):
+        return None
+    gone = len(pci) - listed
+    if gone <= 0:
+        return None
+    read = {str(g.get("pci_bus_id")).upper() for g in node.facts.get("gpus") or []}
+    absent = [str(bus) for bus in pci if str(bus).upper() not in read]
+    # A listed GPU whose bus id could not be read leaves more candidates than GPUs gone.
+    which = ", ".join(absent) if len(absent) == gone else f"{gone} of {', '.join(absent)}"
+    return (
+        f"{len(pci)} NVIDIA GPUs on the PCI bus, the driver lists {listed}: {which} "
+        "lost (on the bus, not listed by the driver)"
+    )
+
+
+# NVML_ERROR_GPU_IS_LOST (15): "The GPU has fallen off the bus or has otherwise become
+# inaccessible" (NVML API reference, nvmlReturn_t). nvidia-smi answers such a GPU with "GPU is
+# lost. Reboot the system to recover this GPU", and NVIDIA's XID catalog resolves XID 79
+# (fallen off the bus) with RESTART_BM, as the kernel-log checks do (xids.yml): REBOOT_NODE.
+_LOST_ADVICE = (
+    "drain and reboot (power-cycle) the node to recover the GPU; look for Xid 79 in dmesg, "
+    "reseat the GPU and check its power; RMA it if it is lost again"
+)
+
+
+# A per-GPU check registered among the node checks: its findings (group inventory) come first
+# in a node's reasons, before what else a lost GPU makes unreadable.
+@CHECKS.gpu("gpu_lost", "inventory", in_use=True)
+def gpu_lost(node: NodeView, gpu: dict[str, Any]) -> Result:
+    """NVML reaches the GPU: it has not fallen off the bus (NVML_ERROR_GPU_IS_LOST)."""
+    if "lost" not in gpu:
+        return skipped(
+            "not evaluated: these facts were collected before gpuhealth recorded lost GPUs; "
+            "collect them again"
+        )
+    lost = gpu["lost"]
+    if lost is None:
+        return missing(gpu, "lost", "NVML's lost-GPU state")
+    if lost:
+        return failed(
+            f"GPU lost: NVML answered {lost.get('call')} with {lost.get('error')} "
+            "(NVML_ERROR_GPU_IS_LOST: it fell off the bus or is otherwise inaccessible); "
+            "expected NVML to reach every GPU",
+            Action.REBOOT_NODE,
+            _LOST_ADVICE,
+        )
+    return passed("NVML reaches the GPU")
+
+
 @CHECKS.node("gpu_uniformity", "inventory", severity="normal", in_use=True)
 def gpu_uniformity(node: NodeView) -> Result:
     """All GPUs of the node are the same model on the same VBIOS family (and profile prefix)."""
     gpus = _records(node)
-    names = sorted({str(g.get("name") or "unknown") for g in gpus})
+    # Only values read are compared: a GPU whose model could not be read is not another model
+    # (its own checks say why: gpu_lost, or the call that failed or timed out).
+    names = sorted({g["name"] for g in gpus if isinstance(g.get("name"), str)})
     # One name can hide two parts (early drivers call every Blackwell "NVIDIA Graphics Device").
     ids = sorted({g["pci_device_id"] for g in gpus if isinstance(g.get("pci_device_id"), str)})
     if len(names) > 1 or len(ids) > 1:
@@ -125,10 +191,10 @@ def gpu_uniformity(node: NodeView) -> Result:
             Action.INSPECT,
             "fix the bill of materials: one GPU model per node",
         )
-    vbios = {g.get("index"): g.get("vbios_version") for g in gpus}
-    if any(not isinstance(v, str) for v in vbios.values()):
-        return skipped("VBIOS version not reported")
-    families = sorted({".".join(str(v).split(".")[:2]) for v in vbios.values()})
+    vbios = {
+        g.get("index"): g["vbios_version"] for g in gpus if isinstance(g.get("vbios_version"), str)
+    }
+    families = sorted({".".join(v.split(".")[:2]) for v in vbios.values()})
     prefix = _limits(node).vbios_prefix
     if len(families) > 1:
         detail = ", ".join(f"gpu{i} {v}" for i, v in sorted(vbios.items(), key=_by_index))
@@ -149,7 +215,19 @@ def gpu_uniformity(node: NodeView) -> Result:
                 Action.FIX_CONFIG,
                 "flash the expected VBIOS",
             )
-    return passed(f"{len(gpus)}x {names[0]}, VBIOS family {families[0]}")
+    model = names[0] if names else f"PCI device id {ids[0]}" if ids else "model unknown"
+    unread = []
+    for g in gpus:
+        parts = [] if isinstance(g.get("name") or g.get("pci_device_id"), str) else ["model"]
+        parts += [] if g.get("index") in vbios else ["VBIOS"]
+        if parts:
+            unread.append(f"gpu{g.get('index')} ({', '.join(parts)})")
+    if unread:  # unknown is not uniform either; those GPUs' own checks say why
+        family = f", VBIOS family {families[0]}" if families else ""
+        return skipped(
+            f"not compared: not read: {', '.join(unread)}; the GPUs read agree: {model}{family}"
+        )
+    return passed(f"{len(gpus)}x {model}, VBIOS family {families[0]}")
 
 
 def _by_index(item: tuple[Any, Any]) -> int:
