@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -204,18 +204,42 @@ def judge_here(selection: Selection, target: Target | None = None) -> LocalVerdi
         ]
     if facts is not None:
         limits = resolve_limits(target.expectations, profiles, Platform.of(facts))
-        view = NodeView(target.name, facts, limits)
-        book.state(target.name, view.node_state, view.node_state_source)
-        slots = gpu_slots(view.expected_gpus, facts)
-        outcomes = [reporting.Outcome.of(f) for f in judged(quick_checks(), view, slots)]
-        book.node(target.name).gpu_slots = slots
-        if view.no_nvidia and not view.expected_gpus:
-            book.note(target.name, f"no NVIDIA GPU/driver on {target.name}; none expected")
-        elif limits.note:  # mixed GPUs, a tie, a refused match, a named profile of other GPUs
-            book.note(target.name, limits.note)
-    for outcome in outcomes:
-        book.add(outcome)
-    (verdict,) = book.finish()
+        verdict, outcomes = judge_facts(target.name, facts, limits)
+    else:
+        for outcome in outcomes:
+            book.add(outcome)
+        (verdict,) = book.finish()
     return LocalVerdict(
         target.name, verdict, outcomes, started, time.monotonic() - clock, facts, limits
     )
+
+
+def judge_facts(
+    host: str, facts: dict[str, Any], limits: Profile, state: tuple[str, str] | None = None
+) -> tuple[reporting.NodeVerdict, list[reporting.Outcome]]:
+    """The quick checks on one node's facts: its verdict and every outcome. `state` (state,
+    why) judges them in that node state instead of the one the probe decided."""
+    view = NodeView(host, facts, limits, state[0] if state else None)
+    book = reporting.VerdictBook()
+    book.state(host, view.node_state, state[1] if state else view.node_state_source)
+    slots = gpu_slots(view.expected_gpus, facts)
+    outcomes = [reporting.Outcome.of(f) for f in judged(quick_checks(), view, slots)]
+    book.node(host).gpu_slots = slots
+    if view.no_nvidia and not view.expected_gpus:
+        book.note(host, f"no NVIDIA GPU/driver on {host}; none expected")
+    elif limits.note:  # mixed GPUs, a tie, a refused match, a named profile of other GPUs
+        book.note(host, limits.note)
+    for outcome in outcomes:
+        book.add(outcome)
+    (verdict,) = book.finish()
+    return verdict, outcomes
+
+
+def rejudged(result: LocalVerdict, state: str, why: str) -> LocalVerdict:
+    """`result`'s facts judged again in node state `state` (`why`: the evidence, in words),
+    without probing: how serve answers for a job that took the node since its idle verdict
+    (in-use rules are a subset of idle ones). A judgement without facts stays as it is."""
+    if result.facts is None or result.limits is None:
+        return result
+    verdict, outcomes = judge_facts(result.host, result.facts, result.limits, (state, why))
+    return replace(result, verdict=verdict, outcomes=outcomes)

@@ -42,8 +42,9 @@ def slurm_node_state(text: str) -> List[str]:
     return words
 
 
-def _slurm(name: Optional[str], runner: Callable[..., Any]) -> Optional[Tuple[str, str]]:
-    """(state, why) from Slurm's view of this node, or None when Slurm cannot say."""
+def slurm_view(name: Optional[str], runner: Callable[..., Any]) -> Optional[Tuple[str, str]]:
+    """(state, why) from Slurm's view of this node, or None when Slurm cannot say (also what
+    `gpuhealth serve` asks at request time, with no NVML call)."""
     if shutil.which("scontrol") is None:
         return None
     node = name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
@@ -97,7 +98,7 @@ def decide(
         }
     if isinstance(hint, dict) and hint.get("state") in NODE_STATES:
         return {"state": hint["state"], "requested": AUTO, "source": str(hint.get("source"))}
-    found = _slurm(slurm_node, runner)
+    found = slurm_view(slurm_node, runner)
     if found is None:
         found = _processes(gpus)
     return {"state": found[0], "requested": AUTO, "source": found[1]}
