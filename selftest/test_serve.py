@@ -1,6 +1,8 @@
 """`gpuhealth serve` end to end: the real command as a subprocess under the fake NVML, asked over
 its Unix socket by a real gRPC client built from the same proto and holding the decision rule of
-nvidia-resiliency-ext's NodeHealthCheck; its HTTP endpoints, its socket's life, its systemd unit.
+nvidia-resiliency-ext's NodeHealthCheck (lenient: every error is "healthy", so each test also
+shows the service was reached); its node states, its HTTP endpoints, its socket's life across
+restarts and for an unprivileged user, its systemd unit.
 
 The probe reads /proc and /sys under the HGX H100 fixture tree and finds stand-in numactl,
 systemctl and journalctl first on PATH (as in test_scenarios.py), so verdicts do not depend on
@@ -20,6 +22,7 @@ import stat
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -36,9 +39,10 @@ from google.protobuf.descriptor import FieldDescriptor
 from gpuhealth import report as reporting
 from gpuhealth.config import ConfigError
 from gpuhealth.integrations import nvhcd_pb2, serve
-from gpuhealth.local import LocalVerdict
+from gpuhealth.local import LocalVerdict, Selection, judge_facts
+from selftest.facts import healthy_h100, limits
 from selftest.fakenvml import nvml_env, scenario_text
-from selftest.nvrx import NVRX_ARGS, ask, failed_checks, nvrx_healthy
+from selftest.nvrx import NVRX_ARGS, Launcher, ask, failed_checks, nvrx_healthy, reached
 from selftest.suite import REPO
 
 TREE = REPO / "selftest" / "data" / "system" / "hgx-h100-2socket"
@@ -110,7 +114,7 @@ def start(
     environment["PATH"] = f"{NODE_TOOLS}:{os.environ['PATH']}"
     environment.update(env or {})
     where, log = folder / "nvhcd.sock", folder / "serve.log"
-    with open(log, "w") as stderr:
+    with open(log, "a") as stderr:  # a restarted server's lines follow the first one's
         proc = subprocess.Popen(
             serve_command(where, *args), env=environment, stderr=stderr, cwd=REPO
         )
@@ -167,18 +171,58 @@ def healthy(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> It
 
 def test_a_healthy_node_is_healthy_by_the_launchers_rule(healthy: Server):
     response, _ = ask(healthy.socket)
-    assert nvrx_healthy(response), response
+    assert reached(response) and nvrx_healthy(response), response
     assert (response.success, response.exit_code, response.error) == (True, 0, "")
     document = json.loads(response.output)
     assert document["fail_count"] == 0 and document["failed_checks"] == []
     assert document["verdict"] == "PASS"
     assert document["host"] == socket.gethostname()
+    # ft_launcher asks for a job that runs or restarts here: fault rules only, by default.
+    assert (document["node_state"], document["node_state_source"]) == ("in-use", "requested")
     # The request's args are logged, not obeyed.
     line = until(
         lambda: [ln for ln in healthy.log_text().splitlines() if " rpc " in ln], 5, "rpc log"
     )[-1]
-    assert f"args={' '.join(NVRX_ARGS)} verdict=PASS success=True" in line
+    assert f"args={' '.join(NVRX_ARGS)} verdict=PASS success=True node_state=in-use" in line
     assert line.endswith(" ms") and "peer=unix:" in line
+
+
+def test_the_logged_endpoint_is_one_the_launcher_takes_as_written(healthy: Server):
+    """The log names the endpoint as ft_launcher's --ft-node-health-check-endpoint takes it:
+    NodeHealthCheck skips, silently and for good, an endpoint it does not read as a socket."""
+    endpoint = re.search(r" at (unix://\S+) ", healthy.log_text())
+    assert endpoint and endpoint[1] == f"unix://{healthy.socket}"
+    assert endpoint[1].startswith("unix:///")
+    healthy_by_rule, response = Launcher(endpoint[1]).check()
+    assert reached(response) and healthy_by_rule
+    assert Launcher(f"unix:{healthy.socket}").target is None  # what the log must not say
+
+
+@pytest.mark.parametrize(
+    "scenario, state, failed",
+    [("busy-h100x8", [], set()), ("busy-ecc-gpu3", [], {("ecc_errors", 3)}),
+     ("busy-h100x8", ["--node-state", "auto"], set())],
+)  # fmt: skip
+def test_a_node_in_use_is_judged_by_its_faults(
+    tmp_path: Path, launch: Callable[..., Server], scenario: str, state: list[str], failed: set
+):
+    """A job's processes, memory, heat and power on every GPU are no fault of the node's; an
+    uncorrectable ECC error under the job is. With auto and neither kubelet nor Slurm here,
+    the probe's view (the job's processes) decides, and every request still reads the state."""
+    scenario_file = set_scenario(tmp_path / "scenario.conf", scenario)
+    server = launch(tmp_path, scenario_file, *H100, *state)
+    response, _ = ask(server.socket)
+    assert reached(response)
+    document = json.loads(response.output)
+    assert document["node_state"] == "in-use"
+    if state:
+        assert document["node_state_source"].startswith("compute processes on gpu0, gpu1")
+    assert failed_checks(response) == failed
+    assert nvrx_healthy(response) == (not failed)
+    if failed:
+        (ecc,) = document["failed_checks"]
+        assert ecc["message"].startswith(f"{document['host']} gpu3 ")
+        assert "volatile uncorrected ECC errors 2 > 0" in ecc["message"]
 
 
 def test_cached_answers_take_milliseconds(healthy: Server, record_property: Any):
@@ -316,16 +360,16 @@ def test_loopback_http_addresses_are_accepted(address: str, expected: tuple[str,
 # --- the socket -------------------------------------------------------------------------------
 
 
-def test_the_socket_is_0660_with_its_configured_owner(healthy: Server):
+def test_the_socket_is_0666_with_its_configured_owner(healthy: Server):
     info = os.lstat(healthy.socket)
-    assert stat.S_ISSOCK(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o660
+    assert stat.S_ISSOCK(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o666
     assert (info.st_uid, info.st_gid) == (65534, 65534)  # nobody:nogroup
     assert [p.name for p in healthy.socket.parent.iterdir() if p.name.startswith(".gh-")] == []
 
 
 def test_a_stale_socket_file_is_replaced(healthy: Server):
-    assert f"removed the stale socket {healthy.socket}" in healthy.log_text()
-    assert nvrx_healthy(ask(healthy.socket)[0])
+    assert f"replacing the socket {healthy.socket} a stopped server left" in healthy.log_text()
+    assert reached(ask(healthy.socket)[0])
 
 
 def test_a_second_server_on_a_live_socket_is_refused(healthy: Server):
@@ -340,7 +384,100 @@ def test_a_second_server_on_a_live_socket_is_refused(healthy: Server):
     assert result.returncode == 2
     assert "another server answers on it" in result.stderr
     assert os.lstat(healthy.socket).st_ino == inode
-    assert nvrx_healthy(ask(healthy.socket)[0])
+    assert reached(ask(healthy.socket)[0])
+
+
+def test_a_launcher_keeps_its_endpoint_across_a_restart_of_the_service(
+    tmp_path: Path, launch: Callable[..., Server]
+):
+    """ft_launcher resolves the endpoint once and skips the check for good if the socket is
+    missing then: the socket outlives the service, and the next one takes over the path."""
+    scenario = set_scenario(tmp_path / "scenario.conf", "ecc-gpu3-recovery-gpu5")
+    first = launch(tmp_path, scenario, *H100)
+    before = Launcher(str(first.socket))  # a launcher that started while the service ran
+    assert reached(before.check()[1])
+    inode = os.lstat(first.socket).st_ino
+    assert first.stop() == 0
+    during = Launcher(f"unix://{first.socket}")  # one that starts while the service restarts
+    assert during.target == f"unix://{first.socket}"  # the path is there: it will check
+    assert during.check() == (True, None)  # refused meanwhile: the launcher's rule skips it
+    second = launch(tmp_path, scenario, *H100)
+    assert second.socket == first.socket and os.lstat(second.socket).st_ino != inode
+    for launcher in (before, during):
+        healthy, response = launcher.check()  # a new channel to the same path, as each check
+        assert reached(response) and not healthy
+        assert failed_checks(response) == {("ecc_errors", 3), ("recovery_action", 5)}
+    assert reached(ask(second.socket)[0])
+
+
+# As ft_launcher on the node: the endpoint resolved as it does, its rule, and whether
+# gpuhealth's answer came at all; run as an unprivileged user.
+ASK_AS_LAUNCHER = """
+import json, sys
+from selftest.nvrx import Launcher, reached
+healthy, response = Launcher(sys.argv[1]).check()
+output = json.loads(response.output) if reached(response) else None
+print(json.dumps({"healthy": healthy, "reached": reached(response), "output": output}))
+"""
+
+
+def ask_as(user: str, group: str, endpoint: str) -> dict[str, Any]:
+    """ASK_AS_LAUNCHER as `user`, the way a training job's launcher runs."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.fail("setpriv is missing: apt-get install util-linux")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
+    result = subprocess.run(
+        [setpriv, f"--reuid={user}", f"--regid={group}", "--clear-groups"]
+        + [sys.executable, "-c", ASK_AS_LAUNCHER, endpoint],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.fixture
+def open_folder() -> Iterator[Path]:
+    """A folder any user may traverse (pytest's tmp_path is root's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="gh-serve-", dir="/tmp"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize(
+    "scenario, failed",
+    [("healthy-h100x8", set()),
+     ("ecc-gpu3-recovery-gpu5", {("ecc_errors", 3), ("recovery_action", 5)})],
+)  # fmt: skip
+def test_a_job_of_an_ordinary_user_reaches_the_service_the_role_installs(
+    open_folder: Path, launch: Callable[..., Server], scenario: str, failed: set
+):
+    """As user nobody, with the gpuhealth_agent role's socket mode and owner: the launcher's
+    check reaches serve and gets the node's own answer. With 0660 root:root (the old default)
+    the same check never reaches it, and the launcher takes a failing node for healthy."""
+    role = yaml.safe_load((AGENT / "defaults" / "main.yml").read_text())
+    mode, owner = role["gpuhealth_agent_socket_mode"], role["gpuhealth_agent_socket_owner"]
+    server = launch(
+        open_folder,
+        set_scenario(open_folder / "scenario.conf", scenario),
+        *H100,
+        *("--socket-mode", mode, "--socket-owner", owner),
+    )
+    answer = ask_as("nobody", "nogroup", str(server.socket))
+    assert answer["reached"], answer
+    assert answer["healthy"] == (not failed)
+    assert {(f["check"], f["gpu"]) for f in answer["output"]["failed_checks"]} == failed
+    server.socket.chmod(0o660)
+    assert ask_as("nobody", "nogroup", str(server.socket)) == {
+        "healthy": True,
+        "reached": False,
+        "output": None,
+    }
 
 
 def test_a_file_that_is_not_a_socket_is_left_alone(tmp_path: Path):
@@ -357,10 +494,9 @@ def test_a_file_that_is_not_a_socket_is_left_alone(tmp_path: Path):
     assert precious.read_text() == "not a socket"
 
 
-def test_sigterm_stops_cleanly_and_removes_the_socket(
-    tmp_path: Path, launch: Callable[..., Server]
-):
-    """Also systemd's Type=notify protocol: READY=1 once the socket answers, STOPPING=1."""
+def test_sigterm_stops_cleanly_and_keeps_the_socket(tmp_path: Path, launch: Callable[..., Server]):
+    """Also systemd's Type=notify protocol: READY=1 once the socket answers, STOPPING=1. The
+    socket stays: a launcher that starts while the service restarts must find the path."""
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(str(tmp_path / "notify"))
     notify.settimeout(10)
@@ -369,9 +505,9 @@ def test_sigterm_stops_cleanly_and_removes_the_socket(
     states = []
     while "READY=1" not in states:
         states.append(notify.recv(4096).decode())
-    assert nvrx_healthy(ask(server.socket)[0])
+    assert reached(ask(server.socket)[0])
     assert server.stop() == 0
-    assert not server.socket.exists()
+    assert stat.S_ISSOCK(os.lstat(server.socket).st_mode)
     notify.setblocking(False)  # the process is gone: all it said is in the queue
     while True:
         try:
@@ -449,6 +585,129 @@ def test_stopping_answers_the_requests_waiting_for_a_first_verdict():
     assert not answer.healthy and "no verdict yet" in answer.error
 
 
+class Node:
+    """A node whose state changes under the service: a job's process on gpu6 stays through it
+    (judged idle, a stray process; judged in use, the job's own). The judge probes (counted)
+    and decides the state the node is in; the reader says it without probing."""
+
+    def __init__(self) -> None:
+        self.facts = healthy_h100()
+        job = {"pid": 4242, "name": "python", "used_memory_mib": 20480}
+        self.facts["gpus"][6].update(processes=[job], memory_used_mib=20480)
+        self.facts["memory_reclaim"]["gpus"][6]["processes"] = [job]
+        self.state = "idle"
+        self.probes = 0
+        self.hold = threading.Event()  # cleared: a probe hangs until it is set
+        self.hold.set()
+
+    def why(self) -> str:
+        return f"Slurm: node n1 is {'ALLOCATED' if self.state == 'in-use' else 'IDLE'}"
+
+    def read(self) -> tuple[str | None, str]:
+        return self.state, self.why()
+
+    def judge(self) -> LocalVerdict:
+        self.probes += 1
+        self.hold.wait(30)
+        facts = {**self.facts, "node_state": {"state": self.state, "source": self.why()}}
+        expected = limits("h100-sxm", gpu_count=8)
+        judged, outcomes = judge_facts("n1", facts, expected)
+        return LocalVerdict("n1", judged, outcomes, time.time(), 0.1, facts, expected)
+
+
+def test_auto_never_serves_a_verdict_of_another_node_state():
+    node = Node()
+    clock = Clock()
+    cache = serve.Verdicts("n1", node.judge, 600, 1000, clock=clock, state_now=node.read)
+    cache.refresh()
+    answer = cache.answer(0)
+    assert (answer.verdict, answer.document["node_state"]) == ("FAIL", "idle")
+    assert answer.document["failed_checks"][0]["check"] == "idle_processes"
+
+    # A job took the node: the idle verdict's facts judged under in-use rules, no probe.
+    node.state = "in-use"
+    answer = cache.answer(0)
+    assert answer.healthy and node.probes == 1
+    assert (answer.document["node_state"], answer.document["node_state_source"]) == (
+        "in-use",
+        "Slurm: node n1 is ALLOCATED",
+    )
+    assert cache.answer(0).healthy and node.probes == 1  # kept: judged once
+
+    # The job ended: its in-use verdict is never served for an idle node. Nothing judges
+    # within the request's budget here (no refresher runs): unhealthy, and it says why.
+    node.state = "idle"
+    began = time.monotonic()
+    answer = cache.answer(0, budget_s=0.3)
+    assert 0.3 <= time.monotonic() - began < 3
+    assert not answer.healthy and answer.verdict == "NOT_CHECKED"
+    assert answer.error == (
+        "node state changed to idle since the last verdict (Slurm: node n1 is IDLE); judging again"
+    )
+    assert answer.document["fail_count"] == 1 and answer.document["node_state"] == "idle"
+    assert answer.document["failed_checks"][0]["action"] == "RERUN"
+
+    # With the refresher: the request wakes it and is answered by the new judgement.
+    stop = threading.Event()
+    threading.Thread(target=cache.refresh_forever, args=(stop,), daemon=True).start()
+    try:
+        answer = cache.answer(0, budget_s=20)
+    finally:
+        stop.set()
+        cache.close()
+    assert node.probes >= 2 and not answer.healthy
+    assert (answer.verdict, answer.document["node_state"]) == ("FAIL", "idle")
+    assert ("idle_processes", 6) in {
+        (f["check"], f["gpu"]) for f in answer.document["failed_checks"]
+    }
+
+
+def test_a_judgement_the_new_state_needs_is_bounded_by_the_clients_deadline(tmp_path: Path):
+    """A node that became idle while its probe hangs: the answer comes before the client gives
+    up (its deadline less the margin), unhealthy, over the wire as the launcher reads it."""
+    node = Node()
+    node.state = "in-use"
+    cache = serve.Verdicts("n1", node.judge, 600, 1000, state_now=node.read)
+    cache.refresh()
+    node.state, node.hold = "idle", threading.Event()  # every probe from now on hangs
+    stop = threading.Event()
+    threading.Thread(target=cache.refresh_forever, args=(stop,), daemon=True).start()
+    try:
+        with served(cache, tmp_path, wait_s=30) as (where, _):
+            response, ms = ask(where, timeout_s=3 + serve.DEADLINE_MARGIN_S)
+    finally:
+        stop.set()
+        node.hold.set()
+        cache.close()
+    assert reached(response) and ms < (3 + serve.DEADLINE_MARGIN_S) * 1000
+    assert not nvrx_healthy(response) and "judging again" in response.error
+    assert json.loads(response.output)["node_state"] == "idle"
+
+
+def test_a_state_nothing_cheap_can_read_leaves_the_verdicts_own():
+    node = Node()
+    node.state = "in-use"
+    cache = serve.Verdicts(
+        "n1", node.judge, 600, 1000, state_now=lambda: (None, serve.NO_CHEAP_STATE)
+    )
+    cache.refresh()
+    node.state = "idle"  # unseen: nothing answers without NVML; the next refresh will see it
+    answer = cache.answer(0)
+    assert answer.healthy and answer.document["node_state"] == "in-use" and node.probes == 1
+
+
+def test_a_fixed_node_state_is_every_answers_own():
+    selection = Selection(node_state="in-use", expected_gpus=8, profile="h100-sxm")
+    reader = serve.node_state_reader(selection, selection.target())
+    assert reader() == ("in-use", "requested")
+    cache = serve.Verdicts("n1", lambda: verdict("PASS"), 60, 130, state_now=reader)
+    answer = cache.answer(0)  # before any verdict: the state it will be judged in
+    assert (answer.document["node_state"], answer.document["node_state_source"]) == (
+        "in-use",
+        "requested",
+    )
+
+
 @contextlib.contextmanager
 def served(cache: serve.Verdicts, folder: Path, wait_s: float) -> Iterator[tuple[Path, str]]:
     """The service's gRPC and HTTP servers in this process, over `cache` (no refresher: the
@@ -519,14 +778,26 @@ def test_what_clients_send_is_logged_on_one_line_each(
     assert "--no-slurm\\n2026" in err and "/\\x1b[2Jcleared" in err
 
 
-def test_the_launchers_rule_reads_only_a_json_object_with_no_failure():
+def test_the_launchers_rule_is_nvidias_leniency_included(tmp_path: Path):
+    """NodeHealthCheck's reading, as its code does it: a JSON object must carry fail_count 0;
+    other JSON, and every error, count as healthy. So answers prove nothing without `reached`."""
+
     def response(output: str, success: bool = True) -> Any:
         return nvhcd_pb2.HealthCheckResponse(success=success, output=output)
 
     assert nvrx_healthy(response('{"fail_count": 0, "failed_checks": []}'))
-    for output in ('{"fail_count": 1}', "{}", "[]", "0", "not json"):
+    for output in ('{"fail_count": 1}', "{}", '{"fail_count": null}', "not json", ""):
         assert not nvrx_healthy(response(output)), output
     assert not nvrx_healthy(response('{"fail_count": 0}', success=False))
+    for output in ("[]", "0", "null", '"text"'):  # the launcher's .get raises: "healthy"
+        assert nvrx_healthy(response(output)) and not reached(response(output)), output
+    # Endpoints, resolved once: unix:/path and host:port are skipped, so is a missing socket.
+    where = tmp_path / "nvhcd.sock"
+    assert Launcher(str(where)).target is None and Launcher(str(where)).check() == (True, None)
+    stale_socket(where)  # a socket nothing answers on: each check's error is "healthy" too
+    assert Launcher(str(where)).target == Launcher(f"unix://{where}").target == f"unix://{where}"
+    assert Launcher(str(where)).check() == (True, None)
+    assert Launcher(f"unix:{where}").target is None and Launcher("127.0.0.1:9411").target is None
 
 
 @pytest.mark.parametrize(
@@ -654,6 +925,9 @@ def test_the_systemd_unit_serves_the_contract_socket_and_lets_the_probe_see_the_
     (command,) = settings["ExecStart"]
     assert command.startswith("/opt/gpuhealth/bin/gpuhealth serve --socket /var/run/nvhcd.sock")
     assert settings["Type"] == ["notify"] and settings["Restart"] == ["on-failure"]
+    # The socket is bound before a job can start on the node (a launcher that finds no socket
+    # skips the check for its whole life).
+    assert settings["Before"] == ["slurmd.service kubelet.service"]
     assert settings["ProtectSystem"] == ["strict"] and "/run" in settings["ReadWritePaths"]
     # Each of these would hide /dev/nvidia*, the kernel log or nvidia-smi's view from the probe.
     hiding = {

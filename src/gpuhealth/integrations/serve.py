@@ -15,6 +15,19 @@ milliseconds. It fails closed: a request that comes before the first verdict wai
 unhealthy, and so is one whose verdict is older than a refresh can take (refreshing is stuck,
 e.g. in a driver call no signal ends), and one the service fails to answer.
 
+The node state (--node-state): ft_launcher asks for a job that runs or restarts here, so the
+default is in-use (fault rules only). With auto, every request reads the state where that needs
+no NVML (the kubelet's pods, Slurm's view of this node) and never serves a verdict judged in
+another state as current: a node a job took since its idle verdict gets that verdict's facts
+judged again under in-use rules (a subset: no probe needed); a node that became idle since its
+in-use verdict is judged again at once, within the client's deadline, and answered unhealthy
+when that cannot finish in time.
+
+The socket (mode 0666 by default: the job's user must reach it, and all it gives is this node's
+verdict) stays where it is when the service stops: ft_launcher resolves the endpoint once, when
+it starts, and skips the check for its whole life if the socket is missing then. A restarted
+service binds anew and renames its socket over the old one, so the path never goes missing.
+
 A request's args are logged, not obeyed. They are the command line of NVIDIA's own health check
 script: `--no-slurm` asks it not to act on Slurm, which serve never does, and `--group prolog
 epilog logs gpu` narrows which of its checks run; an answer from fewer checks than the cached
@@ -48,13 +61,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpuhealth.config import ConfigError
-from gpuhealth.facts import IN_USE
-from gpuhealth.integrations import nodecheck
-from gpuhealth.local import LocalVerdict, judge_here
+from gpuhealth.config import ConfigError, ProfileSet, resolve_limits
+from gpuhealth.facts import AUTO, IDLE, IN_USE, NODE_STATES
+from gpuhealth.integrations import kubelet, nodecheck
+from gpuhealth.local import LocalVerdict, Selection, judge_here, rejudged
+from gpuhealth.probe import command, state
 from gpuhealth.results import Action
+from gpuhealth.targets import Target
 
 DEFAULT_SOCKET = Path("/var/run/nvhcd.sock")  # where NVIDIA's documentation puts nvhcd's
+# Any local user may connect: the job that asks runs as its own user, and a launcher that cannot
+# connect counts the node as healthy. The service only reads, and tells nothing but the node's
+# verdict (no facts, no inventory).
+DEFAULT_SOCKET_MODE = "0666"
 DEFAULT_TTL_S = 60.0
 DEFAULT_STARTUP_WAIT_S = 20.0
 # The client waits 60 s for an answer; the first one must come well before that.
@@ -68,6 +87,12 @@ HEALTHY = ("PASS", "WARN")
 # What an answer needs to reach a client before its deadline: a request that waits for the
 # first verdict stops waiting this long before the client would give up (and count it healthy).
 DEADLINE_MARGIN_S = 2.0
+# How long ft_launcher waits for an answer: the deadline of a request that names none (HTTP).
+CLIENT_DEADLINE_S = 60.0
+# Slurm's view of this node, read at request time with --node-state auto, gives up after this.
+STATE_TIMEOUT_S = 2.0
+# What a state reader says when nothing answers without NVML (then the cached verdict's stands).
+NO_CHEAP_STATE = "neither the kubelet nor Slurm says: the verdict's own node state stands"
 # An HTTP connection that sends no complete request in this long is closed: an idle client
 # must not hold one of the server's threads for good.
 HTTP_IDLE_TIMEOUT_S = 10.0
@@ -145,22 +170,52 @@ def _action_rank(code: str) -> int:
     return Action(code).rank
 
 
-def _document(host: str) -> dict[str, Any]:
+def _document(host: str, node_state: str | None, source: str | None) -> dict[str, Any]:
     """The answer's document when there is no verdict to give."""
     return {
         "fail_count": 0,
         "failed_checks": [],
         "verdict": "NOT_CHECKED",
         "host": host,
+        "node_state": node_state,
+        "node_state_source": source,
         "reasons": [],
         "actions": [],
         "warnings": [],
     }
 
 
+# (state, why) of this node now, or (None, why) where nothing tells without NVML.
+StateReader = Callable[[], tuple[str | None, str]]
+
+
+def node_state_reader(selection: Selection, target: Target) -> StateReader:
+    """How serve reads this node's state at request time. A fixed --node-state is the state of
+    every judgement; auto reads what answers without NVML (a driver call may hang): the
+    kubelet's pods, else Slurm's view of this node, each bounded."""
+    resolved = resolve_limits(target.expectations, ProfileSet(selection.profile_dir), None)
+    requested = str(resolved.values["node_state"])  # --node-state, else the inventory's
+    if requested != AUTO:
+        return lambda: (requested, "requested")
+    slurm_node = selection.slurm_node or target.host_vars.get("slurm_node_name")
+
+    def scontrol(argv: list[str], _timeout_s: float) -> command.CommandResult:
+        return command.run(argv, STATE_TIMEOUT_S)  # a request cannot wait the probe's 5 s
+
+    def now() -> tuple[str | None, str]:
+        hint = kubelet.node_state_hint(selection.kubelet_socket)
+        if isinstance(hint, dict) and hint.get("state") in NODE_STATES:
+            return hint["state"], str(hint.get("source"))
+        found = state.slurm_view(str(slurm_node) if slurm_node else None, scontrol)
+        return found if found is not None else (None, NO_CHEAP_STATE)
+
+    return now
+
+
 class Verdicts:
     """The latest judgement of this node, refreshed by one background thread. Requests read it
-    and never wait for a probe, except (bounded) for the very first."""
+    and never wait for a probe, except (bounded) for the very first and, with a state reader
+    (--node-state auto), for the judgement of a node that became idle since its verdict."""
 
     def __init__(
         self,
@@ -169,23 +224,31 @@ class Verdicts:
         ttl_s: float,
         max_age_s: float,
         clock: Callable[[], float] = time.monotonic,
+        state_now: StateReader | None = None,
     ) -> None:
         self.host = host
         self.ttl_s = ttl_s
         self.max_age_s = max_age_s
         self._judge = judge
         self._clock = clock
+        self._state_now = state_now
         self._changed = threading.Condition()
+        self._wake = threading.Event()  # judge again now, not after --ttl
         self._started_at = clock()
         self._latest: LocalVerdict | None = None
         self._failure: str | None = None  # the latest judgement raised: why
         self._done_at: float | None = None  # clock() when the latest judgement ended
+        self._begun = 0  # judgements begun, and the number of the latest one published
+        self._published = 0
         self._said = ""  # the latest verdict as logged
         self._closed = False
 
     def refresh(self) -> None:
         """Judge the node once and publish the result. An exception is published as the
         verdict's failure (the node is then served unhealthy) instead of ending the refresher."""
+        with self._changed:
+            self._begun += 1
+            number = self._begun
         try:
             latest, failure = self._judge(), None
         except Exception as exc:  # a gpuhealth bug: the service must outlive it and say so
@@ -194,25 +257,31 @@ class Verdicts:
             self._said = ""
         with self._changed:
             self._latest, self._failure, self._done_at = latest, failure, self._clock()
+            self._published = number
             self._changed.notify_all()
         if latest is not None:
             said = latest.headline()
+            if latest.node_state:
+                said += f" [{latest.node_state}]"
             if said != self._said:  # a line per change, not per refresh
                 _log(f"verdict {said} (judged in {latest.duration_s:.1f} s)")
                 self._said = said
             _notify(f"STATUS=verdict {said}"[:200])
 
     def refresh_forever(self, stop: threading.Event) -> None:
-        """Judge, then wait --ttl seconds, until `stop` is set."""
+        """Judge, then wait --ttl seconds (or until a request needs a new judgement), until
+        `stop` is set."""
         while not stop.is_set():
             self.refresh()
-            stop.wait(self.ttl_s)
+            self._wake.wait(self.ttl_s)
+            self._wake.clear()
 
     def close(self) -> None:
-        """Stopping: requests still waiting for the first verdict are answered now."""
+        """Stopping: requests still waiting for a verdict are answered now."""
         with self._changed:
             self._closed = True
             self._changed.notify_all()
+        self._wake.set()
 
     def fresh(self) -> tuple[bool, str]:
         """Whether the service can vouch for its answer (a verdict, recent enough), and how it
@@ -230,28 +299,44 @@ class Verdicts:
             return False, f"verdict {latest.verdict.verdict} is stale ({age:.0f} s old)"
         return True, f"verdict {latest.verdict.verdict}, {age:.0f} s old"
 
-    def answer(self, wait_s: float) -> Answer:
+    def answer(self, wait_s: float, budget_s: float = 0.0) -> Answer:
         """The answer to a request now: from the latest verdict, waiting at most `wait_s` for
-        the first one; unhealthy when there is none, or it failed, or it is stale."""
+        the first one; unhealthy when there is none, or it failed, or it is stale. With a
+        state reader, never a verdict of another node state: `budget_s` (from the call) bounds
+        the wait for the judgement of a node that became idle since its verdict."""
+        began = time.monotonic()
         with self._changed:
             self._changed.wait_for(
                 lambda: self._done_at is not None or self._closed, timeout=wait_s
             )
             latest, failure, done_at = self._latest, self._failure, self._done_at
-        now = self._clock()
-        empty = _document(self.host)
+        current, why = self._state_now() if self._state_now else (None, None)
+        empty = _document(self.host, current, why)
         if done_at is None:
             return _unhealthy(
                 empty,
                 f"no verdict yet: the first check of this node has been running for "
-                f"{now - self._started_at:.0f} s; ask again",
+                f"{self._clock() - self._started_at:.0f} s; ask again",
                 Action.RERUN,
             )
+        if current is not None and why is not None and latest is not None:
+            if latest.node_state not in (None, current) and current == IN_USE:
+                latest = self._in_use(latest, why)
+            elif latest.node_state not in (None, current):
+                found = self._judged_again(current, began + budget_s)
+                if found is None:
+                    return _unhealthy(
+                        empty,
+                        f"node state changed to {current} since the last verdict ({why}); "
+                        "judging again",
+                        Action.RERUN,
+                    )
+                latest, failure, done_at = found
         if failure is not None:
             return _unhealthy(empty, failure, Action.RERUN)
         assert latest is not None
         document = latest.document()
-        age = now - done_at
+        age = self._clock() - done_at
         if age > self.max_age_s:
             return _unhealthy(
                 document,
@@ -266,20 +351,56 @@ class Verdicts:
             return _unhealthy(document, latest.headline(), Action.INSPECT)
         return Answer(False, verdict, document, latest.headline())
 
+    def _in_use(self, idle: LocalVerdict, why: str) -> LocalVerdict:
+        """The idle verdict's facts judged under in-use rules, kept as the latest verdict (with
+        its time: the facts are no newer) unless a refresh published another meanwhile."""
+        busy = rejudged(idle, IN_USE, why)
+        with self._changed:
+            if self._latest is idle:
+                self._latest = busy
+        _log(f"node state now {IN_USE} ({why}): the {IDLE} verdict's facts judged again")
+        return busy
+
+    def _judged_again(
+        self, current: str, deadline: float
+    ) -> tuple[LocalVerdict | None, str | None, float] | None:
+        """Wake the refresher and wait until `deadline` (time.monotonic()) for a judgement
+        in the `current` state or one begun after this request: (verdict, failure, done_at),
+        or None when none came in time."""
+        with self._changed:
+            needed = self._begun + 1
+
+            def judged() -> bool:
+                return (
+                    self._closed
+                    or self._published >= needed
+                    or (self._latest is not None and self._latest.node_state == current)
+                )
+
+            self._wake.set()
+            _log(f"node state now {current}: judging again")
+            if not self._changed.wait_for(judged, timeout=max(0.0, deadline - time.monotonic())):
+                return None
+            if self._closed or self._done_at is None:
+                return None
+            return self._latest, self._failure, self._done_at
+
 
 def answer_now(verdicts: Verdicts, wait_s: float, remaining_s: float | None = None) -> Answer:
     """The answer to one request, gRPC's or HTTP's: the cached verdict, waiting for a first
-    one at most `wait_s` and never past the client's deadline (`remaining_s` from now, less
-    DEADLINE_MARGIN_S: a request queued behind others still answers in time). A failure to
-    answer is an unhealthy answer, never an error: the launcher counts errors as healthy."""
-    if remaining_s is not None:
-        wait_s = max(0.0, min(wait_s, remaining_s - DEADLINE_MARGIN_S))
+    one at most `wait_s`, and for a judgement the node's new state needs at most until the
+    client's deadline (`remaining_s` from now, ft_launcher's 60 s when the client names
+    none), less DEADLINE_MARGIN_S: a request queued behind others still answers in time. A
+    failure to answer is an unhealthy answer, never an error: the launcher counts errors as
+    healthy."""
+    deadline_s = CLIENT_DEADLINE_S if remaining_s is None else remaining_s
+    budget_s = max(0.0, deadline_s - DEADLINE_MARGIN_S)
     try:
-        return verdicts.answer(wait_s)
+        return verdicts.answer(min(wait_s, budget_s), budget_s)
     except Exception as exc:
         message = f"gpuhealth serve failed to answer: {type(exc).__name__}: {exc}"
         _log(f"{message}\n{traceback.format_exc().rstrip()}")
-        return _unhealthy(_document(verdicts.host), message, Action.RERUN)
+        return _unhealthy(_document(verdicts.host, None, None), message, Action.RERUN)
 
 
 @dataclass(frozen=True)
@@ -376,36 +497,37 @@ def options(args: argparse.Namespace) -> Options:
     )
 
 
-def _clear_stale(path: Path) -> None:
-    """Remove the socket a server that died left at `path`; refuse to touch anything else."""
+def _check_stale(path: Path) -> None:
+    """Make sure the socket at `path`, if any, is one a stopped server left (the new one is
+    renamed over it: the path never goes missing); refuse to replace anything else."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(mode):
-        raise ConfigError(f"--socket {path}: exists and is not a socket; not removing it")
+        raise ConfigError(f"--socket {path}: exists and is not a socket; not replacing it")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(2)
         try:
             probe.connect(str(path))
         except ConnectionRefusedError:
-            os.unlink(path)
-            _log(f"removed the stale socket {path} (nothing answered on it)")
+            _log(f"replacing the socket {path} a stopped server left (nothing answers on it)")
             return
         except OSError as exc:
             raise ConfigError(
                 f"--socket {path}: cannot tell whether a server answers on it ({exc}); "
-                "not removing it"
+                "not replacing it"
             ) from None
     raise ConfigError(
         f"--socket {path}: another server answers on it; stop it or give another --socket"
     )
 
 
-def _publish(bind: Callable[[str], None], path: Path, mode: int, owner: tuple[int, int]) -> int:
+def _publish(bind: Callable[[str], None], path: Path, mode: int, owner: tuple[int, int]) -> None:
     """Bind the socket in a private directory beside `path`, give it its mode and owner there,
-    then rename it into place: no client ever sees it with other permissions, and no
-    process-wide umask changes while other threads run. Returns the socket's inode."""
+    then rename it into place (over a stopped server's, in one step): no client ever sees it
+    with other permissions or finds the path missing, and no process-wide umask changes while
+    other threads run."""
     try:
         private = Path(tempfile.mkdtemp(prefix=".gh-", dir=path.parent))  # mode 0700
     except OSError as exc:
@@ -420,21 +542,11 @@ def _publish(bind: Callable[[str], None], path: Path, mode: int, owner: tuple[in
         if owner != (-1, -1):
             os.chown(staged, *owner)
         os.rename(staged, path)
-        return os.lstat(path).st_ino
     except OSError as exc:
         raise ConfigError(f"--socket {path}: cannot set it up: {exc.strerror}") from None
     finally:
         staged.unlink(missing_ok=True)
         private.rmdir()
-
-
-def _remove(path: Path, inode: int) -> None:
-    """Remove the socket on exit, unless it is no longer the one this service made."""
-    try:
-        if os.lstat(path).st_ino == inode:
-            os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def _grpc_server(verdicts: Verdicts, wait_s: float) -> Any:
@@ -457,6 +569,7 @@ def _grpc_server(verdicts: Verdicts, wait_s: float) -> Any:
             _log(
                 f"rpc peer={context.peer()} args={_printable(shlex.join(request.args)) or '-'} "
                 f"verdict={answer.verdict} success={answer.healthy} "
+                f"node_state={answer.document.get('node_state') or '-'} "
                 f"{(time.perf_counter() - started) * 1000:.1f} ms"
             )
             return nvhcd_pb2.HealthCheckResponse(
@@ -529,9 +642,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--socket-mode",
-        default="0660",
-        help="the socket's permissions, octal (default 0660); the job's user must be able to "
-        "connect, or ft_launcher skips the check and counts the node as healthy",
+        default=DEFAULT_SOCKET_MODE,
+        help=f"the socket's permissions, octal (default {DEFAULT_SOCKET_MODE}: any local user "
+        "may connect; the service only reads and answers with the node's verdict, no facts). "
+        "The job's user must be able to connect, or ft_launcher skips the check and counts "
+        "the node as healthy: with 0660, give the jobs' group with --socket-owner",
     )
     parser.add_argument(
         "--socket-owner", metavar="USER[:GROUP]", help="the socket's owner and group"
@@ -567,12 +682,18 @@ def run(args: argparse.Namespace) -> int:
         opts = options(args)
         target = chosen.target()
         max_age_s = opts.ttl_s + chosen.timeout_s + REFRESH_SLACK_S
-        verdicts = Verdicts(target.name, lambda: judge_here(chosen, target), opts.ttl_s, max_age_s)
+        verdicts = Verdicts(
+            target.name,
+            lambda: judge_here(chosen, target),
+            opts.ttl_s,
+            max_age_s,
+            state_now=node_state_reader(chosen, target),
+        )
         server = _grpc_server(verdicts, opts.startup_wait_s)
-        _clear_stale(opts.socket)
+        _check_stale(opts.socket)
         if opts.http is not None:
             http = _http_server(opts.http, verdicts, opts.startup_wait_s)
-        inode = _publish(
+        _publish(
             lambda staged: server.add_insecure_port(f"unix:{staged}"),
             opts.socket,
             opts.mode,
@@ -594,9 +715,10 @@ def run(args: argparse.Namespace) -> int:
         threading.Thread(target=http.serve_forever, name="http", daemon=True).start()
         host, port = http.server_address[:2]
         _log(f"http on http://{f'[{host}]' if ':' in host else host}:{port}")
+    # The endpoint as ft_launcher's --ft-node-health-check-endpoint takes it (unix:///path).
     _log(
-        f"serving {target.name} on unix:{opts.socket} (mode {opts.mode:04o}, "
-        f"every {opts.ttl_s:g} s, stale after {max_age_s:g} s)"
+        f"serving {target.name} at unix://{opts.socket} (mode {opts.mode:04o}, node state "
+        f"{chosen.node_state}, every {opts.ttl_s:g} s, stale after {max_age_s:g} s)"
     )
     _notify("READY=1")
     try:
@@ -609,5 +731,5 @@ def run(args: argparse.Namespace) -> int:
         if http is not None:
             http.shutdown()
             http.server_close()
-        _remove(opts.socket, inode)
+        # The socket stays: a launcher that starts before the next server binds finds the path.
     return nodecheck.EXIT_OK
