@@ -21,8 +21,9 @@ from gpuhealth.probe import node, state
 
 class Context:
     """What a family's probe is given: where the node's files are, what the node is expected
-    to be (the resolved profile keys), where to note failures, the facts so far, and when the
-    probe must be done by (`deadline`, time.monotonic(); None: no deadline was given)."""
+    to be (the resolved profile keys), where to note failures, the facts so far, when the
+    probe must be done by (`deadline`, time.monotonic(); None: no deadline was given) and
+    where the GPU family reads the GPUs from (`gpu_source`)."""
 
     def __init__(
         self,
@@ -33,6 +34,7 @@ class Context:
         deadline: Optional[float] = None,
         hint: Optional[Dict[str, Any]] = None,
         slurm_node: Optional[str] = None,
+        gpu_source: str = "auto",
     ) -> None:
         self.root = root
         self.expect = expect
@@ -41,6 +43,7 @@ class Context:
         self.deadline = deadline
         self._hint = hint
         self._slurm_node = slurm_node
+        self.gpu_source = gpu_source
 
     def left_s(self) -> Optional[float]:
         """Seconds left before the probe's deadline (None: no deadline)."""
@@ -90,7 +93,8 @@ def collect(config: Dict[str, Any]) -> Dict[str, Any]:
     `config`: {"root": "/", "expect": {profile key: value}} as the controller resolved them,
     with `deadline_s` (the probe is killed then), `node_state_hint` (what the controller learnt
     of the node state, e.g. from the kubelet) and `slurm_node` (this node's Slurm name) where
-    the caller has them.
+    the caller has them, and `gpu_source` ("nvidia-smi": read the GPUs from nvidia-smi even
+    where NVML loads, as `gpuhealth bundle` does for its second document; default "auto").
     """
     root = str(config.get("root") or "/")
     started = time.monotonic()
@@ -114,6 +118,7 @@ def collect(config: Dict[str, Any]) -> Dict[str, Any]:
         started + float(deadline_s) if deadline_s else None,
         config.get("node_state_hint"),
         config.get("slurm_node"),
+        str(config.get("gpu_source") or "auto"),
     )
     for name in NAMES:
         try:

@@ -2,7 +2,9 @@
 
 Order of sources: NVML (through nvidia-ml-py), then `nvidia-smi -q -x` (plus `nvidia-smi nvlink
 --status`), then what /proc says without a usable driver. A failing source is recorded in
-`errors` and the next one is tried. Node side: Python 3.6 and the standard library.
+`errors` and the next one is tried. The caller's `gpu_source: nvidia-smi` starts at nvidia-smi,
+so one node can give the documents of both paths (`gpuhealth bundle` compares them). Node
+side: Python 3.6 and the standard library.
 """
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
@@ -17,6 +19,7 @@ if TYPE_CHECKING:
     from gpuhealth.probe.main import Context
 
 SECTIONS = ("source", "driver", "gpu_count", "gpus")
+GPU_SOURCES = ("auto", "nvidia-smi")  # what a caller may ask for (the probe's `gpu_source`)
 
 
 def _from_nvidia_smi(timeout_s: float, errors: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
@@ -74,13 +77,16 @@ def _from_proc(root: str, errors: List[Dict[str, Any]]) -> Dict[str, Any]:
 
 def collect(ctx: "Context") -> Dict[str, Any]:
     """The `source`, `driver`, `gpu_count` and `gpus` parts of the facts document."""
-    gathered = nvml.collect(
-        float(ctx.setting("nvml_call_timeout_s")),
-        ctx.errors,
-        float(ctx.setting("nvlink_error_window_s")),
-    )
-    if gathered is not None:
-        return dict(gathered, source="nvml")
+    if ctx.gpu_source not in GPU_SOURCES:
+        ctx.error("gpu", f"unknown gpu_source {ctx.gpu_source!r} (known: {GPU_SOURCES}); auto")
+    if ctx.gpu_source != "nvidia-smi":
+        gathered = nvml.collect(
+            float(ctx.setting("nvml_call_timeout_s")),
+            ctx.errors,
+            float(ctx.setting("nvlink_error_window_s")),
+        )
+        if gathered is not None:
+            return dict(gathered, source="nvml")
     gathered = _from_nvidia_smi(float(ctx.setting("nvidia_smi_timeout_s")), ctx.errors)
     if gathered is not None:
         return dict(gathered, source="nvidia-smi")
