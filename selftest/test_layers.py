@@ -79,7 +79,8 @@ def breaches(modules: list[str], allowed: tuple[str, ...]) -> list[str]:
 
 
 NEUTRAL = ("gpuhealth", "gpuhealth.facts", "gpuhealth.parsing", "gpuhealth.families")
-BASE = ("gpuhealth.results", "gpuhealth.limits", "gpuhealth.deadline")  # the controller's floor
+# The controller's floor (redact: secrets masked in a bundle's text).
+BASE = ("gpuhealth.results", "gpuhealth.limits", "gpuhealth.deadline", "gpuhealth.redact")
 # What runs on the node. Everything else is the controller's.
 NODE = (
     "gpuhealth.probe",
@@ -105,6 +106,7 @@ JUDGING = (
     "gpuhealth.families.*.family",
     "gpuhealth.families.history.metrics",  # what a run measures, read from its facts
     "gpuhealth.families.fabric.topology",  # GPU-to-NIC levels from recorded PCI positions
+    "gpuhealth.families.gpu.compare",  # the probe's two GPU paths side by side (bundles)
 )
 RUNNING = (  # what probes, launches, schedules and reports
     "gpuhealth.history*",  # the run store and its migrations
@@ -125,6 +127,7 @@ RUNNING = (  # what probes, launches, schedules and reports
     "gpuhealth.cli",
     "gpuhealth.local",  # this machine judged in-process (node-check, serve)
     "gpuhealth.api",  # the same, for a training script (check, quick_check, Watcher)
+    "gpuhealth.bundle",  # a node's raw outputs, facts and verdict in one archive, read back
     "gpuhealth.integrations*",  # acting on verdicts: Slurm, Kubernetes, Prometheus, serve
 )
 

@@ -6,6 +6,7 @@
 - `gpuhealth history`: measured values over time from the run store, as tables or a plot.
 - `gpuhealth node-check`: judge this node (Slurm HealthCheckProgram, NPD plugin, textfiles).
 - `gpuhealth act`: act on a run's verdicts (Slurm drain/resume, Kubernetes labels/taints).
+- `gpuhealth bundle`: this node's raw outputs, facts and verdict in one archive for a ticket.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from gpuhealth import bundle as bundles
 from gpuhealth import registry
 from gpuhealth import report as reporting
 from gpuhealth.checks import NodeView, gpu_slots, judged
@@ -63,7 +65,11 @@ def _triage(args: argparse.Namespace) -> int:
     groups = [(args.node, args.files)] if args.node else [(p.stem, [p]) for p in args.files]
     for host, paths in groups:
         try:
-            kinds, facts = facts_from_files(paths, host)
+            bundle = bundles.opened(paths, args.node)
+            if bundle:
+                host, kinds, facts = bundle.host, [bundles.KIND], bundle.facts
+            else:
+                kinds, facts = facts_from_files(paths, host)
         except EvidenceError as exc:
             print(f"gpuhealth triage: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -72,7 +78,7 @@ def _triage(args: argparse.Namespace) -> int:
         expect = Expectations(args.profile, args.expected_gpus, {})
         limits = resolve_limits(expect, profiles, Platform.of(facts))
         chosen[host] = limits.chosen
-        found = triage_outcomes(NodeView(host, facts, limits))
+        found = triage_outcomes(NodeView(host, facts, limits)) + (bundle.outcomes if bundle else [])
         for outcome in found:
             book.add(outcome)
         outcomes.extend(found)
@@ -81,6 +87,7 @@ def _triage(args: argparse.Namespace) -> int:
         headers.append(f"{host}: {read}; driver {driver}, profile {limits.chosen}")
         if limits.note:
             headers.append(f"  note: {limits.note}")
+        headers += [f"  note: {note}" for note in (bundle.notes if bundle else [])]
         for error in facts.get("errors") or []:
             headers.append(f"  note: {error.get('error')}")
     verdicts = book.finish()
@@ -283,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     nodecheck.add_parser(sub)
     serve.add_parser(sub)
     act.add_parser(sub)
+    bundles.add_parser(sub)
     return parser
 
 
