@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuhealth import cli
+from gpuhealth import cli, evidence
 from gpuhealth.families.dcgm import parse_dcgm, parse_dcgm_table
 from gpuhealth.families.fabric import parse_fi_info, parse_ibstat, parse_rdma
 from gpuhealth.families.gpu import parse_nvlink, parse_smi_table, parse_smi_text, parse_smi_xml
@@ -226,6 +226,44 @@ def test_triage_never_exits_with_a_traceback(record_property):
     record_property("fuzz_cases", fuzz(strategy, never_a_traceback, EXAMPLES // 2))
 
 
+# Sentences people write between the outputs they paste into a ticket.
+PROSE = (
+    "Hi, node 17 dropped out of the job last night. nvidia-smi says:",
+    "and dmesg:",
+    "$ ibstat",
+    "```",
+    "Thanks!",
+    "",
+)
+
+
+@st.composite
+def tickets(draw: st.DrawFn, seeds: list[str]) -> str:
+    """Two to four real outputs one after another, a person's line between them, mutated."""
+    chosen = draw(st.lists(st.sampled_from(seeds), min_size=2, max_size=4))
+    text = "\n".join(f"{draw(st.sampled_from(PROSE))}\n{seed}" for seed in chosen)
+    return draw(mutated(text)) if draw(st.booleans()) else text
+
+
+def split_and_triage(text: str) -> None:
+    found = evidence.split(text)
+    assert all(part.spans and part.text for part in found.parts)
+    never_a_traceback(text)
+
+
+def test_tickets_of_several_outputs_split_and_triage_without_a_traceback(record_property):
+    """Concatenated real samples, with and without mutations: the splitter never raises, its
+    parts hold text, and triage exits 0, 1 or 2 (the 5 s deadline holds it to linear time)."""
+    seeds = [
+        text
+        for target, (found, _, _) in TARGETS.items()
+        if target not in ("rdma sysfs", "/proc", "/proc/mounts", "numactl")
+        for text in found
+        if len(text) < 200_000
+    ]
+    record_property("fuzz_cases", fuzz(tickets(seeds), split_and_triage, EXAMPLES // 2))
+
+
 # ---------------------------------------------------------------- never a false pass
 
 
@@ -367,6 +405,19 @@ def _faults() -> dict[str, tuple[str, tuple[str, ...], str, str | None]]:
             ("--profile", "default"),
             "nvlink",
             None,
+        ),
+        # Tickets: several outputs and a person's lines; the faulty part's fault line is kept.
+        "ticket-gsp-heartbeat": (
+            (DATA / "tickets/ticket_h100_gsp-heartbeat_table_dmesg_ibstat_nccl.txt").read_text(),
+            (),
+            "kernel_log",
+            "Heartbeat timed out",
+        ),
+        "ticket-xid79-excerpts": (
+            (DATA / "tickets/ticket_a100_xid79_journal-excerpts_nvlink.txt").read_text(),
+            (),
+            "kernel_log",
+            "NVRM: Xid (PCI:0000:01:00): 79,",
         ),
         "gpud-unhealthy": (
             (DATA / "gpud/gpud_docs_v1_states_xid74_unhealthy_element.json").read_text(),

@@ -131,3 +131,123 @@ def test_the_terminal_lists_what_was_judged_and_counts_what_was_not():
     assert hidden and int(hidden.group(1)) > 100  # 8 GPUs' worth of absent sections
     verbose = triage(str(DATA / "gpud_h100_535.183.01_query_truncated.txt"), "-v")
     assert verbose.stdout.count("not evaluated:") == int(hidden.group(1))
+
+
+# ---------------------------------------------------------------- tickets: several outputs
+
+TICKETS = Path(__file__).parent / "data" / "tickets"
+H100_TICKET = TICKETS / "ticket_h100_gsp-heartbeat_table_dmesg_ibstat_nccl.txt"
+A100_TICKET = TICKETS / "ticket_a100_xid79_journal-excerpts_nvlink.txt"
+
+
+def triage_stdin(text: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuhealth.cli", "triage", *args],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_ticket_is_split_into_its_outputs_and_each_finding_names_its_part():
+    proc = triage(str(H100_TICKET), "--json")
+    assert proc.returncode == 1, proc.stderr
+    doc = findings(proc)
+    assert doc["verdict"] == "FAIL"
+    by_check = {f["check"]: f for f in doc["findings"] if f["gpu"] is None}
+    kernel = by_check["kernel_log"]
+    assert kernel["status"] == "FAIL" and "GSP firmware heartbeat timed out" in kernel["message"]
+    assert kernel["evidence"] == f"{H100_TICKET} part 2 (dmesg, lines 55-64)"
+    assert (
+        by_check["driver_version"]["evidence"] == f"{H100_TICKET} part 1 (nvidia-smi, lines 4-51)"
+    )
+    assert by_check["nccl_data_integrity"]["evidence"].endswith(
+        "part 4 (nccl-tests output, lines 224-247)"
+    )
+    ports = [f for f in doc["findings"] if f["check"].startswith("ib_")]
+    assert ports and all(f["evidence"].endswith("part 3 (ibstat, lines 68-220)") for f in ports)
+
+
+def test_the_ticket_text_report_names_parts_and_the_lines_not_read():
+    proc = triage(str(H100_TICKET))
+    head = proc.stdout.splitlines()[0]
+    assert (
+        f"{H100_TICKET} part 1 (nvidia-smi, lines 4-51), part 2 (dmesg, lines 55-64), "
+        "part 3 (ibstat, lines 68-220), part 4 (nccl-tests output, lines 224-247); "
+        "lines 1-2, 53, 66, 222, 249 not read" in head
+    )
+    assert f"from: {H100_TICKET} part 2 (dmesg, lines 55-64)" in proc.stdout
+    assert proc.stdout.rstrip().endswith("verdict: FAIL")
+
+
+def test_prose_is_never_judged_and_log_excerpts_are_one_log():
+    """The person's lines are left out (reading them changes nothing); two journal excerpts
+    with an nvlink output between them are one kernel log, not two refused as duplicates."""
+    proc = triage(str(A100_TICKET), "--json")
+    assert proc.returncode == 1, proc.stderr
+    doc = findings(proc)
+    kernel = next(f for f in doc["findings"] if f["check"] == "kernel_log")
+    assert kernel["status"] == "FAIL" and "Xid 79" in kernel["message"]
+    assert "fallen_off_bus" in kernel["message"]  # from the second excerpt
+    assert kernel["evidence"] == f"{A100_TICKET} part 1 (journalctl -k, lines 3-5, 113-115)"
+    text = triage(str(A100_TICKET)).stdout.splitlines()[0]
+    assert "part 2 (nvidia-smi nvlink -s / -e, lines 7-111); lines 1, 117 not read" in text
+
+
+def test_stdin_is_read_as_a_file_named_stdin():
+    proc = triage_stdin(H100_TICKET.read_text(), "-", "--json")
+    assert proc.returncode == 1, proc.stderr
+    doc = findings(proc)
+    assert list(doc["nodes"]) == ["stdin"]
+    kernel = next(f for f in doc["findings"] if f["check"] == "kernel_log")
+    assert kernel["evidence"] == "stdin part 2 (dmesg, lines 55-64)"
+    proc = triage_stdin((DATA / "table_h100x8_550.90.07_gpud.txt").read_text(), "--node", "n7", "-")
+    assert proc.stdout.startswith("n7: stdin (nvidia-smi); driver 550.90.07")
+    proc = triage_stdin("", "-", "-")
+    assert proc.returncode == 2 and "can be read once" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "closest"),
+    [
+        ("Our node is broken.\n$ ibstat\nibstat: command not found\n", "runs ibstat, but no"),
+        ("Cut:\n+" + "-" * 40 + "+\n| NVIDIA-SMI 550.9\n", "line 2 begins nvidia-smi output"),
+        ("dmesg showed nothing useful, sorry\n", "it names dmesg"),
+        ("hello\n", "no line of it begins an output of any kind"),
+    ],
+)
+def test_a_ticket_no_kind_reads_is_refused_naming_the_closest_kind(tmp_path, content, closest):
+    path = tmp_path / "ticket.txt"
+    path.write_text(content)
+    proc = triage(str(path))
+    assert proc.returncode == 2
+    assert f"{path}: not a kind of evidence gpuhealth reads (closest: " in proc.stderr
+    assert closest in proc.stderr
+
+
+def test_two_outputs_of_one_kind_in_a_ticket_are_refused_like_two_files(tmp_path):
+    table = (DATA / "table_h100x8_550.90.07_gpud.txt").read_text()
+    dmesg = (DATA.parent / "dmesg" / "gpud_kmsgtest_gb200_xid149_154.log").read_text()
+    path = tmp_path / "ticket.txt"
+    path.write_text(f"$ nvidia-smi\n{table}\n{dmesg}\n$ nvidia-smi\n{table}")
+    proc = triage(str(path))
+    assert proc.returncode == 2
+    assert "part 3 (nvidia-smi, lines" in proc.stderr and "already came from" in proc.stderr
+
+
+def test_node_state_in_use_skips_idle_rules_and_is_reported():
+    """The A40 table lists a job's processes: judged idle they fail idle_processes, power and
+    temperature; judged in use only its faults (the ERR! GPU's ECC) fail."""
+    sample = str(DATA / "table_a40x8_525.60.13_gpu4-err_open-gpu-kernel-modules-446.txt")
+    idle, busy = (findings(triage(sample, "--json", "--node-state", s)) for s in ("idle", "in-use"))
+    failed = [{f["check"] for f in d["findings"] if f["status"] == "FAIL"} for d in (idle, busy)]
+    assert {"idle_processes", "power", "temperature", "ecc_errors"} <= failed[0]
+    assert "ecc_errors" in failed[1] and not {"idle_processes", "power", "temperature"} & failed[1]
+    assert [d["nodes"][n]["node_state"] for d in (idle, busy) for n in d["nodes"]] == [
+        "idle",
+        "in-use",
+    ]
+    text = triage(sample).stdout
+    assert "node idle" in text.splitlines()[0] and "--node-state in-use" in text
+    assert "node in-use" in triage(sample, "--node-state", "in-use").stdout.splitlines()[0]

@@ -33,7 +33,8 @@ from gpuhealth.config import (
     key_table,
     resolve_limits,
 )
-from gpuhealth.evidence import EvidenceError, facts_from_files
+from gpuhealth.evidence import STDIN, EvidenceError, described, facts_from_files, section_sources
+from gpuhealth.facts import IDLE, IN_USE
 from gpuhealth.families.nccl.checks import set_domain_count, set_node_count
 from gpuhealth.history import show
 from gpuhealth.integrations import act, nodecheck, serve
@@ -62,7 +63,11 @@ def _triage(args: argparse.Namespace) -> int:
     outcomes: list[reporting.Outcome] = []
     headers = []
     chosen: dict[str, str] = {}  # host -> its profile and why
-    groups = [(args.node, args.files)] if args.node else [(p.stem, [p]) for p in args.files]
+    parts: dict[str, dict[str, str]] = {}  # host -> facts section -> the ticket part it came from
+    if args.files.count(STDIN) > 1:
+        print("gpuhealth triage: - (standard input) can be read once", file=sys.stderr)
+        return EXIT_USAGE
+    groups = [(args.node, args.files)] if args.node else [(_host(p), [p]) for p in args.files]
     for host, paths in groups:
         try:
             bundle = bundles.opened(paths, args.node)
@@ -78,13 +83,23 @@ def _triage(args: argparse.Namespace) -> int:
         expect = Expectations(args.profile, args.expected_gpus, {})
         limits = resolve_limits(expect, profiles, Platform.of(facts))
         chosen[host] = limits.chosen
-        found = triage_outcomes(NodeView(host, facts, limits)) + (bundle.outcomes if bundle else [])
+        view = NodeView(host, facts, limits, state=args.node_state)
+        book.state(host, view.node_state, view.node_state_source)
+        parts[host] = section_sources(facts)
+        found = triage_outcomes(view) + (bundle.outcomes if bundle else [])
         for outcome in found:
             book.add(outcome)
         outcomes.extend(found)
         driver = (facts.get("driver") or {}).get("version") or "unknown"
-        read = ", ".join(f"{p} ({k.name})" for p, k in zip(paths, kinds, strict=True))
-        headers.append(f"{host}: {read}; driver {driver}, profile {limits.chosen}")
+        read = (
+            ", ".join(f"{p} ({k.name})" for p, k in zip(paths, kinds, strict=True))
+            if bundle
+            else described(facts)
+        )
+        headers.append(
+            f"{host}: {read}; driver {driver}, profile {limits.chosen}, node {view.node_state}"
+        )
+        headers += [f"  note: {note}" for note in _busy_note(view)]
         if limits.note:
             headers.append(f"  note: {limits.note}")
         headers += [f"  note: {note}" for note in (bundle.notes if bundle else [])]
@@ -104,11 +119,17 @@ def _triage(args: argparse.Namespace) -> int:
                     "message": f"{o.label}: {o.message}",
                     "action": o.action,
                     **({"advice": o.advice} if o.advice else {}),
+                    **({"evidence": _part(parts, o)} if _part(parts, o) else {}),
                 }
                 for o in outcomes
             ],
             "nodes": {
-                v.host: {"verdict": v.verdict, "actions": v.actions, "profile": chosen[v.host]}
+                v.host: {
+                    "verdict": v.verdict,
+                    "actions": v.actions,
+                    "profile": chosen[v.host],
+                    "node_state": v.node_state,
+                }
                 for v in verdicts
             },
         }
@@ -123,12 +144,40 @@ def _triage(args: argparse.Namespace) -> int:
             print(f"{o.status:<5} {o.check:<16} {o.label}: {o.message}{action}")
             if o.advice and o.status in ("FAIL", "WARN"):
                 print(f"{'':<22} advice: {o.advice}")
+            if _part(parts, o) and o.status in ("FAIL", "WARN"):
+                print(f"{'':<22} from: {_part(parts, o)}")
         passed = sum(o.status == "PASS" for o in outcomes)
         hidden = sum(_not_evaluated(o) for o in outcomes)
         if not args.verbose and (passed or hidden):
             print(f"({passed} passed, {hidden} not evaluated for want of evidence; -v lists them)")
         print(f"verdict: {verdict}")
     return EXIT_PASS if verdict in ("PASS", "WARN") else EXIT_FAIL
+
+
+def _host(path: Path) -> str:
+    """The node a file is judged as: the file's name, `stdin` for standard input."""
+    return "stdin" if path == STDIN else path.stem
+
+
+def _part(parts: dict[str, dict[str, str]], outcome: reporting.Outcome) -> str | None:
+    """The ticket part a finding's evidence came from (None for a file read whole)."""
+    check = registry.checks().get(outcome.check)
+    return parts.get(outcome.host, {}).get(check.section) if check else None
+
+
+def _busy_note(view: NodeView) -> list[str]:
+    """A job's processes in evidence judged idle: said, since idle rules then fail on them."""
+    busy = [
+        f"gpu{gpu.get('index')}"
+        for gpu in view.facts.get("gpus") or []
+        if isinstance(gpu, dict) and gpu.get("processes")
+    ]
+    if view.in_use or not busy:
+        return []
+    return [
+        f"compute processes on {', '.join(busy)}: judged idle; if a job was running, "
+        "--node-state in-use judges its faults only"
+    ]
 
 
 def _not_evaluated(outcome: reporting.Outcome) -> bool:
@@ -249,7 +298,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     triage = sub.add_parser("triage", help="judge saved evidence (nvidia-smi, dmesg, ...)")
-    triage.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    triage.add_argument(
+        "files",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="evidence files, - for standard input; one file may hold several outputs",
+    )
     triage.add_argument(
         "--node",
         metavar="NAME",
@@ -267,6 +322,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--nvlink-domains",
         type=int,
         help="NVLink domains (NVL72 racks) an nccl-tests log's run spans",
+    )
+    triage.add_argument(
+        "--node-state",
+        choices=(IDLE, IN_USE),
+        default=IDLE,
+        help="idle: every rule (default); in-use: a job owned the GPUs when the evidence was "
+        "taken, so only fault rules apply",
     )
     triage.add_argument("--json", action="store_true", help="machine-readable findings")
     triage.add_argument("-v", "--verbose", action="store_true", help="list passed checks too")

@@ -10,6 +10,7 @@ all the rest of gpuhealth needs to learn about a new family.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -30,6 +31,11 @@ class Kind:
     Text kinds get the file's text, directory kinds (a copied /sys tree) its path. `parse`
     returns top-level sections of a facts document (plus optional `errors`). Kinds are tried
     in `priority` order, lowest first: the generic ones (kernel logs) come last.
+
+    `starts` (MULTILINE) matches the line(s) its output begins with, so that a ticket holding
+    several outputs is cut there; None for an output with no line of its own to begin it. A
+    `log` is lines that each stand alone (a kernel log): excerpts of it in one ticket are read
+    as one log, where two outputs of any other kind are refused like two files of it.
     """
 
     name: str
@@ -37,6 +43,8 @@ class Kind:
     parse: Callable[[Any], dict[str, Any]]
     directory: bool = False
     priority: int = 50
+    starts: re.Pattern[str] | None = None
+    log: bool = False
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,21 @@ default box-drawn tables."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gpuhealth.families.dcgm import parse_dcgm, parse_dcgm_table
 from gpuhealth.registry import Kind
+
+# Where each output begins in a ticket: a JSON document at the margin, a table's top border
+# above its title row.
+_JSON_START = re.compile(r"^(?:\{|\[[ \t]*\r?$|\[[ \t]*\{)", re.M)
+_DIAG_START = re.compile(
+    r"^[ \t]*\+[-=+]{3,}\+[ \t]*\r?\n[ \t]*\|[ \t]*Diagnostic[ \t]+\|[ \t]*Result[ \t]+\|", re.M
+)
+_HEALTH_START = re.compile(
+    r"^[ \t]*\+[-=+]{3,}\+[ \t]*\r?\n[ \t]*\|[ \t]*Health Monitor Report[ \t]+\|", re.M
+)
 
 
 def looks_like_diag(text: str) -> bool:
@@ -45,8 +56,20 @@ def health_table_evidence(text: str) -> dict[str, Any]:
 
 
 KINDS = (
-    Kind("dcgmi diag -j", looks_like_diag, diag_evidence, priority=30),
-    Kind("dcgmi health -c -j", looks_like_health, health_evidence, priority=31),
-    Kind("dcgmi diag", parse_dcgm_table.looks_like_diag, diag_table_evidence, priority=32),
-    Kind("dcgmi health -c", parse_dcgm_table.looks_like_health, health_table_evidence, priority=33),
+    Kind("dcgmi diag -j", looks_like_diag, diag_evidence, priority=30, starts=_JSON_START),
+    Kind("dcgmi health -c -j", looks_like_health, health_evidence, priority=31, starts=_JSON_START),
+    Kind(
+        "dcgmi diag",
+        parse_dcgm_table.looks_like_diag,
+        diag_table_evidence,
+        priority=32,
+        starts=_DIAG_START,
+    ),
+    Kind(
+        "dcgmi health -c",
+        parse_dcgm_table.looks_like_health,
+        health_table_evidence,
+        priority=33,
+        starts=_HEALTH_START,
+    ),
 )

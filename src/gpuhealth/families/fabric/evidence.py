@@ -13,6 +13,10 @@ from gpuhealth.families.gpu.schema import GPU_KEYS, new_driver, new_gpu
 from gpuhealth.registry import Kind
 
 _FI_INFO_HEAD = re.compile(r"^(provider: \S+\n[ \t]+fabric: |fi_getinfo: -\d+)", re.M)
+# Where ibstat's and ibv_devinfo's outputs begin in a ticket (each device again), and topo -m's.
+_IBSTAT_START = re.compile(r"^CA '[^'\s]{1,64}'[ \t]*\r?\n[ \t]+CA type:", re.M)
+_IBV_START = re.compile(r"^hca_id:[ \t]*\S+[ \t]*\r?\n[ \t]+transport:", re.M)
+_TOPO_START = re.compile(r"^[ \t]*GPU0\b[^\n]{0,8000}\bCPU Affinity", re.M)
 
 
 def looks_like_fi_info(text: str) -> bool:
@@ -78,9 +82,27 @@ def from_topo_text(text: str) -> dict[str, Any]:
 
 
 KINDS = (
-    Kind("fi_info", looks_like_fi_info, from_fi_info_text, priority=20),
+    Kind("fi_info", looks_like_fi_info, from_fi_info_text, priority=20, starts=_FI_INFO_HEAD),
     Kind("/sys/class/infiniband copy", looks_like_class_dir, from_class_dir, directory=True),
-    Kind("nvidia-smi topo -m", parse_topo.looks_like, from_topo_text, priority=15),
-    Kind("ibstat", parse_ibstat.looks_like_ibstat, from_port_tool_text, priority=21),
-    Kind("ibv_devinfo", parse_ibstat.looks_like_ibv_devinfo, from_port_tool_text, priority=22),
+    Kind(
+        "nvidia-smi topo -m",
+        parse_topo.looks_like,
+        from_topo_text,
+        priority=15,
+        starts=_TOPO_START,
+    ),
+    Kind(
+        "ibstat",
+        parse_ibstat.looks_like_ibstat,
+        from_port_tool_text,
+        priority=21,
+        starts=_IBSTAT_START,
+    ),
+    Kind(
+        "ibv_devinfo",
+        parse_ibstat.looks_like_ibv_devinfo,
+        from_port_tool_text,
+        priority=22,
+        starts=_IBV_START,
+    ),
 )

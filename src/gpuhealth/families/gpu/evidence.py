@@ -20,6 +20,25 @@ _TABLE = re.compile(
 )
 
 
+# Where each output begins in a ticket: the XML prolog or root, the -q banner, the table's
+# (date and) top border above its banner or the line for a GPU it could not open, a nvlink
+# `GPU N: ... (UUID: ...)` line with a link line (or NVML's complaint) below it.
+_XML_START = re.compile(
+    r"^[ \t]*(?:<\?xml[^\n]{0,200}\n(?:[ \t]*<!DOCTYPE[^\n]{0,500}\n)?[ \t]*)?<nvidia_smi_log\b",
+    re.M,
+)
+_Q_START = re.compile(r"^[ \t]*=+[ \t]*NVSMI LOG[ \t]*=+", re.M)
+_TABLE_START = re.compile(
+    r"^[ \t]*(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}"
+    r"[ \t]*\r?\n[ \t]*)?\+-{10,}\+[ \t]*\r?\n[ \t]*\|[ \t]*NVIDIA-SMI "
+    r"|^[ \t]*Unable to determine the device handle for GPU",
+    re.M,
+)
+_NVLINK_START = re.compile(
+    r"^GPU \d{1,4}: [^\n]{0,200}\(UUID: [^\n]{0,100}\)[ \t]*\r?\n(?:[ \t]+Link \d|NVML: )", re.M
+)
+
+
 def _looks_like_smi_xml(text: str) -> bool:
     return "<nvidia_smi_log" in text[:4096]
 
@@ -41,14 +60,15 @@ def _parse_smi_xml(text: str) -> dict[str, Any]:
 
 
 KINDS = (
-    Kind("nvidia-smi -q -x", _looks_like_smi_xml, _parse_smi_xml, priority=10),
-    Kind("nvidia-smi -q", _looks_like_smi_text, parse_smi_text.parse, priority=11),
-    Kind("nvidia-smi", _looks_like_table, parse_smi_table.parse, priority=13),
+    Kind("nvidia-smi -q -x", _looks_like_smi_xml, _parse_smi_xml, priority=10, starts=_XML_START),
+    Kind("nvidia-smi -q", _looks_like_smi_text, parse_smi_text.parse, priority=11, starts=_Q_START),
+    Kind("nvidia-smi", _looks_like_table, parse_smi_table.parse, priority=13, starts=_TABLE_START),
     Kind(
         "nvidia-smi nvlink -s / -e",
         parse_nvlink.looks_like_pasted,
         parse_nvlink.parse_pasted,
         priority=14,
+        starts=_NVLINK_START,
     ),
     # After `nvidia-smi topo -m` (15): the most general of the nvidia-smi kinds.
     Kind(

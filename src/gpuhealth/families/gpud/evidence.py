@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gpuhealth.facts import why
 from gpuhealth.families.gpud import parse_gpud
 from gpuhealth.parsing import ParseError
 from gpuhealth.registry import Kind
+
+# Where a JSON document begins in a ticket: `{`, `[` or `[{` at the margin.
+_JSON_START = re.compile(r"^(?:\{|\[[ \t]*\r?$|\[[ \t]*\{)", re.M)
 
 
 def _document(text: str) -> Any:
@@ -48,6 +52,6 @@ def events_evidence(text: str) -> dict[str, Any]:
 
 
 KINDS = (
-    Kind("GPUd /v1/states", looks_like_states, states_evidence, priority=35),
-    Kind("GPUd /v1/events", looks_like_events, events_evidence, priority=36),
+    Kind("GPUd /v1/states", looks_like_states, states_evidence, priority=35, starts=_JSON_START),
+    Kind("GPUd /v1/events", looks_like_events, events_evidence, priority=36, starts=_JSON_START),
 )

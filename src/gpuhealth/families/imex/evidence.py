@@ -33,4 +33,4 @@ def from_imex_ctl(text: str) -> dict[str, Any]:
     }
 
 
-KINDS = (Kind("nvidia-imex-ctl -N", looks_like_imex_ctl, from_imex_ctl, priority=25),)
+KINDS = (Kind("nvidia-imex-ctl -N", looks_like_imex_ctl, from_imex_ctl, priority=25, starts=_HEAD),)

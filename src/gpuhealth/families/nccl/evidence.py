@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gpuhealth.families.nccl import parse_nccl_tests
 from gpuhealth.registry import Kind
 
+# Where a run's output begins in a ticket (after a launcher prefix such as `0: ` or
+# `[1,0]<stdout>:`): its version, `nThread` or `Using devices` line, or its column header.
+_START = re.compile(
+    r"^(?:[ \t]*[^\s#]\S*:[ \t]?)?[ \t]*"
+    r"(?:#[ \t]{0,4}(?:nThread \d|nccl-tests version |Using devices)|#?[ \t]*size[ \t]+count"
+    r"[ \t]+type\b)",
+    re.M,
+)
 _ABORTED = (
     "read the error: 'system not yet initialized' on NVSwitch systems means the fabric manager "
     "is not running (or not the driver's version); 'busy or unavailable' means another process "
@@ -44,4 +53,6 @@ def evidence(text: str) -> dict[str, Any]:
     return {"nccl": section}
 
 
-KINDS = (Kind("nccl-tests output", parse_nccl_tests.looks_like, evidence, priority=40),)
+KINDS = (
+    Kind("nccl-tests output", parse_nccl_tests.looks_like, evidence, priority=40, starts=_START),
+)
