@@ -257,7 +257,13 @@ def test_missing_gpu_fails_every_gpu_check_of_its_index():
         if registry.checks()[name].level != "quick":
             continue  # a load test that was not run says so before it looks for GPUs
         assert result.status == "FAIL", (name, result.text)
-        assert "expected 8 GPUs, found 7: GPU index 7 missing on node17" in result.text
+        # all 8 still on the bus: the driver lost one, which a reboot brings back (not RMA)
+        assert "found 7 (all 8 on the PCI bus): GPU index 7 missing on node17" in result.text
+        assert "Action REBOOT_NODE" in result.text
+    facts["pci"]["nvidia_gpus"] = facts["pci"]["nvidia_gpus"][:7]  # gone from the bus too
+    gone = run("ecc_errors", facts, 7)
+    assert "expected 8 GPUs, found 7: GPU index 7 missing on node17" in gone.text
+    assert "Action RMA" in gone.text
 
 
 GPU_MODULES = {

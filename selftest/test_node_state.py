@@ -143,6 +143,17 @@ def test_the_kubelet_s_hint_comes_before_slurm(monkeypatch):
     assert runner.calls == []
 
 
+def test_a_kubelet_that_sees_no_gpu_pod_does_not_overrule_the_gpus(monkeypatch):
+    """A job the kubelet does not see (outside Kubernetes, or a pod handed every GPU through
+    NVIDIA_VISIBLE_DEVICES) still makes the node busy: "idle" from the kubelet is not final."""
+    monkeypatch.setattr(state.shutil, "which", lambda name: None)
+    hint = {"state": "idle", "source": "kubelet: no pod holds an NVIDIA GPU"}
+    busy = state.decide("auto", hint, BUSY_GPUS)
+    assert busy["state"] == "in-use"
+    assert busy["source"] == "kubelet: no pod holds an NVIDIA GPU; compute processes on gpu0, gpu1"
+    assert state.decide("auto", hint, IDLE_GPUS)["state"] == "idle"
+
+
 # ---------------------------------------------------------------- which rules apply
 
 
@@ -326,3 +337,27 @@ def test_a_busy_node_s_readings_never_enter_an_idle_baseline():
     busy = NodeView("n", {**facts, "node_state": {"state": "in-use", "source": "x"}}, limits())
     names = {row["metric"] for row in measured(busy)["rows"]}
     assert names and not names & {"idle_temperature_c", "idle_power_w"}
+
+
+def test_the_inventory_s_node_state_beats_node_check_s_own_default(fake_nvml_lib, tmp_path):
+    """node-check judges auto unless told: an inventory that says idle is heard, and
+    --node-state beats both."""
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(
+        "all:\n  hosts:\n    gpu-node-1:\n      gpu_profile: h100-sxm\n      node_state: in-use\n"
+    )
+    conf = write_scenario("healthy-h100x8", tmp_path / "healthy.conf")
+
+    def state_of(*args: str) -> str:
+        done = subprocess.run(
+            [GPUHEALTH, "node-check", "--host", "gpu-node-1", "--json", *args],
+            env=nvml_env(fake_nvml_lib.parent, conf),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return json.loads(done.stdout)["node_state_source"]
+
+    assert state_of().startswith("no compute process")  # auto, the GPUs decide
+    assert state_of("--inventory", str(inventory)) == "requested"
+    assert state_of("--inventory", str(inventory), "--node-state", "auto").startswith("no compute")

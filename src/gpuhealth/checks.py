@@ -319,12 +319,25 @@ def _missing_gpu(node: NodeView, index: int) -> Result:
     if node.no_nvidia and not expected:
         return skipped(f"no NVIDIA GPU/driver on {node.host}")
     reported = node.facts.get("gpu_count")
-    if node.from_evidence and isinstance(reported, int) and index < reported:
+    # A saved output that lists every GPU it saw (reported) leaves out none of a smaller count;
+    # a fragment that does not say how many there are leaves the others unknown, not missing.
+    if node.from_evidence and (reported is None or isinstance(reported, int) and index < reported):
         return skipped(f"not evaluated: the evidence has no record of GPU {index}")
     if expected is None:
         return skipped(
             f"GPU index {index} not present on {node.host} (found {found}; set gpu_count in "
             "the inventory or --expected-gpus to assert a count)"
+        )
+    pci = (node.facts.get("pci") or {}).get("nvidia_gpus")
+    if isinstance(pci, list) and len(pci) >= expected:
+        # Every GPU is still on the PCI bus: the driver lost one (NVML renumbers the rest, so
+        # this slot is not necessarily the lost GPU's), which a reboot brings back.
+        return failed(
+            f"expected {expected} GPUs, found {found} (all {len(pci)} on the PCI bus): GPU "
+            f"index {index} missing on {node.host}",
+            Action.REBOOT_NODE,
+            "see gpu_count for the bus id the driver lost; drain and reboot the node, then "
+            "reseat or RMA that GPU if it stays lost",
         )
     return failed(
         f"expected {expected} GPUs, found {found}: GPU index {index} missing on {node.host}",

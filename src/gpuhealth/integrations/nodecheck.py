@@ -47,11 +47,11 @@ def add_selection(parser: argparse.ArgumentParser, node_state: str) -> None:
     parser.add_argument(
         "--node-state",
         choices=NODE_STATE_CHOICES,
-        default=node_state,
         help="idle: every rule; in-use: a job owns the GPUs, fault rules only; auto: Slurm's "
         "view of this node, the kubelet's pods, else compute processes on the GPUs decide "
-        f"(default {node_state})",
+        f"(default: the inventory's node_state, else {node_state})",
     )
+    parser.set_defaults(default_node_state=node_state)
     parser.add_argument(
         "--kubelet-socket",
         default=kubelet.SOCKET,
@@ -76,6 +76,7 @@ def selection(args: argparse.Namespace) -> Selection:
         root=args.root,
         timeout_s=args.timeout,
         node_state=args.node_state,
+        default_node_state=args.default_node_state,
         slurm_node=getattr(args, "slurm_node", None) or os.environ.get("SLURMD_NODENAME"),
         kubelet_socket=args.kubelet_socket,
     )

@@ -62,7 +62,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gpuhealth.config import ConfigError, ProfileSet, resolve_limits
-from gpuhealth.facts import AUTO, IDLE, IN_USE, NODE_STATES
+from gpuhealth.facts import AUTO, IDLE, IN_USE
 from gpuhealth.integrations import kubelet, nodecheck
 from gpuhealth.local import LocalVerdict, Selection, judge_here, rejudged
 from gpuhealth.probe import command, state
@@ -204,8 +204,10 @@ def node_state_reader(selection: Selection, target: Target) -> StateReader:
 
     def now() -> tuple[str | None, str]:
         hint = kubelet.node_state_hint(selection.kubelet_socket)
-        if isinstance(hint, dict) and hint.get("state") in NODE_STATES:
-            return hint["state"], str(hint.get("source"))
+        # Only a pod holding GPUs settles it: "no GPU pod" leaves jobs the kubelet does not see
+        # to Slurm, else to the verdict's own state (the probe saw the GPUs' processes).
+        if isinstance(hint, dict) and hint.get("state") == IN_USE:
+            return IN_USE, str(hint.get("source"))
         found = state.slurm_view(str(slurm_node) if slurm_node else None, scontrol)
         return found if found is not None else (None, NO_CHEAP_STATE)
 

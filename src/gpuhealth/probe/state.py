@@ -96,9 +96,14 @@ def decide(
             "requested": str(requested),
             "source": f"unknown node state {requested!r} requested: judged idle",
         }
-    if isinstance(hint, dict) and hint.get("state") in NODE_STATES:
-        return {"state": hint["state"], "requested": AUTO, "source": str(hint.get("source"))}
+    said = ""
+    if isinstance(hint, dict) and hint.get("state") == IN_USE:
+        return {"state": IN_USE, "requested": AUTO, "source": str(hint.get("source"))}
+    if isinstance(hint, dict) and hint.get("state") == IDLE:
+        # No pod holds a GPU, but a job the kubelet does not see (outside Kubernetes, or a pod
+        # given every GPU by NVIDIA_VISIBLE_DEVICES) may: Slurm and the GPUs still have a say.
+        said = f"{hint.get('source')}; "
     found = slurm_view(slurm_node, runner)
     if found is None:
         found = _processes(gpus)
-    return {"state": found[0], "requested": AUTO, "source": found[1]}
+    return {"state": found[0], "requested": AUTO, "source": said + found[1]}

@@ -95,6 +95,13 @@ def gpu_count(node: NodeView) -> Result:
             Action.RERUN,
             "collect the whole output again (nvidia-smi -q > file) and triage that",
         )
+    if node.from_evidence and reported is None:
+        # A fragment (some -q sections, nvlink lines, Fabric lines) lists the GPUs it shows,
+        # not the node's: the ones it leaves out are not missing from the node.
+        return skipped(
+            f"not evaluated: the evidence does not say how many GPUs are attached (it holds "
+            f"records of {found})"
+        )
     unlisted = _unlisted(node)
     if unlisted:
         counted = f"expected {expected} GPUs, found {found}" if expected is not None else ""
