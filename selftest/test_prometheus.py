@@ -147,6 +147,16 @@ def test_verdict_is_one_hot_and_only_pass_reads_pass():
     assert value(found, "gpuhealth_node_verdict", host="h-odd", verdict="PASS") == 0
 
 
+def test_node_state_is_one_hot_and_absent_where_undecided():
+    busy, idle, failed = NodeVerdict("busy"), NodeVerdict("idle"), NodeVerdict("failed", "FAIL")
+    busy.node_state, idle.node_state = "in-use", "idle"
+    found = parse(prometheus.render(a_run([busy, idle, failed])).decode())
+    assert value(found, "gpuhealth_node_state", host="busy", state="in-use") == 1
+    assert value(found, "gpuhealth_node_state", host="busy", state="idle") == 0
+    assert value(found, "gpuhealth_node_state", host="idle", state="idle") == 1
+    assert not [k for k in named(found, "gpuhealth_node_state") if dict(k)["host"] == "failed"]
+
+
 def test_check_status_encoding_only_a_pass_is_zero():
     outcomes = [
         ("n1", 0, "ecc_errors", "PASS"),
@@ -225,7 +235,7 @@ def test_measurements_of_a_node_with_units_and_unknowns_left_out():
     assert "# TYPE gpuhealth_gpu_ecc_uncorrected_errors_total counter" in text
     assert "# TYPE gpuhealth_gpu_temperature_celsius gauge" in text
     # No idle_* duplicates of the readings, no kernel log position, no messages.
-    assert "idle" not in text and "kernel_log_until" not in text
+    assert "_idle_" not in text and "kernel_log_until" not in text
 
 
 def test_a_gpu_listed_twice_keeps_its_highest_count():
@@ -268,7 +278,7 @@ def test_the_file_is_replaced_atomically_under_a_concurrent_reader(tmp_path):
     outcomes = [(h, g, c, "PASS") for h in hosts for g in range(8) for c in ("a", "b", "c")]
     big = a_run([NodeVerdict(h) for h in hosts], outcomes=outcomes)
     texts = {prometheus.render(small), prometheus.render(big)}
-    assert min(len(t) for t in texts) < 2000 < 100_000 < max(len(t) for t in texts)
+    assert min(len(t) for t in texts) < 4000 < 100_000 < max(len(t) for t in texts)
     path = tmp_path / prometheus.FILE_NAME
     prometheus.write(tmp_path, small)
     seen: list[bytes] = []

@@ -32,6 +32,7 @@ from prometheus_client.core import (
 )
 
 from gpuhealth.checks import NodeView
+from gpuhealth.facts import NODE_STATES
 from gpuhealth.families.history import metrics
 from gpuhealth.history.run import measured
 from gpuhealth.local import LocalVerdict
@@ -219,6 +220,7 @@ class RunCollector:
         """The run's metric families: run, verdicts, check statuses, identities, values."""
         yield from self._run_families()
         yield self._verdicts()
+        yield self._node_states()
         yield self._statuses()
         yield from self._identities()
         yield from self._measurements()
@@ -261,6 +263,19 @@ class RunCollector:
             verdict = node.verdict if node.verdict in VERDICTS else "FAIL"
             for name in VERDICTS:
                 family.add_metric([node.host, name], 1.0 if name == verdict else 0.0)
+        return family
+
+    def _node_states(self) -> Metric:
+        family = GaugeMetricFamily(
+            PREFIX + "node_state",
+            "The state the node was judged in, one-hot: idle, or in-use (a job owns the GPUs: "
+            "fault rules only).",
+            labels=["host", "state"],
+        )
+        for node in sorted(self.run.verdicts, key=lambda v: v.host):
+            if node.node_state in NODE_STATES:
+                for name in NODE_STATES:
+                    family.add_metric([node.host, name], 1.0 if name == node.node_state else 0.0)
         return family
 
     def _statuses(self) -> Metric:
