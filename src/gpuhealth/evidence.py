@@ -339,7 +339,7 @@ def _read(path: Path) -> Source:
     one = len(found.parts) == 1 and whole is not None and _same(found.parts[0].kind, whole)
     if whole is not None and (not found.parts or one):  # one kind: read whole, as always
         return Source(name, ((None, whole, _parse(whole, text, name)),))
-    if not found.parts:
+    if len(found.parts) < 2:  # what no kind reads whole is refused, as always
         known = ", ".join(k.name for k in registry.evidence_kinds())
         raise EvidenceError(
             f"{name}: not a kind of evidence gpuhealth reads (closest: {_closest(text)}; "

@@ -11,8 +11,8 @@ from gpuhealth.registry import Kind
 # Where a run's output begins in a ticket (after a launcher prefix such as `0: ` or
 # `[1,0]<stdout>:`): its version, `nThread` or `Using devices` line, or its column header.
 _START = re.compile(
-    r"^(?:[ \t]*[^\s#]\S*:[ \t]?)?[ \t]*"
-    r"(?:#[ \t]{0,4}(?:nThread \d|nccl-tests version |Using devices)|#?[ \t]*size[ \t]+count"
+    r"^[ \t]*(?:[^\s#]\S*:[ \t]*)?"
+    r"(?:#[ \t]{0,4}(?:nThread \d|nccl-tests version |Using devices)|(?:#[ \t]*)?size[ \t]+count"
     r"[ \t]+type\b)",
     re.M,
 )
