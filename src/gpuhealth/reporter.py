@@ -327,7 +327,9 @@ class Reporter:
                     measured_by_host=self.measured,
                 )
             )
-        except StoreError as exc:
+        except (StoreError, OverflowError, ValueError, TypeError) as exc:
+            # A value the database driver refuses (an integer beyond its 64 bits) costs the
+            # run store this run, never the other reports.
             self.problems.append(f"run history not kept: {exc}")
             if session.exitstatus == 0:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
