@@ -9,6 +9,7 @@ so whatever it does to a fault, a check that then says PASS has passed without e
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -181,3 +182,75 @@ def _set(doc: Any, path: tuple, value: Any) -> None:
     for step in path[:-1]:
         doc = doc[step]
     doc[path[-1]] = value
+
+
+# Values a facts document's field may hold after damage, a hand edit or another tool's export:
+# every JSON type, numbers no sink can store (beyond 64 bits, NaN and infinities, which Python's
+# json reads), negatives, NaN-like strings, an overlong string and deep nesting.
+FACT_VALUES: tuple[Any, ...] = (
+    None,
+    True,
+    False,
+    0,
+    -1,
+    -(2**63) - 1,
+    2**64,
+    10**30,
+    1.5,
+    -0.5,
+    1e308,
+    float("nan"),
+    float("inf"),
+    "",
+    "x",
+    "N/A",
+    "nan",
+    "-1",
+    "[Not Supported]",
+    "9" * 40,
+    "a" * 200_000,
+    [],
+    ["x"],
+    [None],
+    [{}],
+    {},
+    {"x": None},
+    {"skipped": 1},
+    [[[[]]]],
+)
+
+
+def _nested(depth: int) -> Any:
+    found: Any = "x"
+    for level in range(depth):
+        found = [found] if level % 2 else {"x": found}
+    return found
+
+
+@st.composite
+def mutated_facts(draw: st.DrawFn, doc: dict[str, Any], protect: tuple = ()) -> dict[str, Any]:
+    """A copy of facts document `doc` after one to four mutations of its values and structure:
+    a field given a value of another type or an impossible one (FACT_VALUES, or 60 levels of
+    nesting), a key deleted inside its section, an element dropped from a list. The field at
+    path `protect`, and the path leading to it, are left alone: for a fault's evidence."""
+    doc = json.loads(json.dumps(doc))
+    for _ in range(draw(st.integers(1, 4))):
+        paths = [
+            path
+            for path in _paths(doc)
+            if path != protect[: len(path)] and not (protect and path[: len(protect)] == protect)
+        ]
+        if not paths:
+            break
+        path = draw(st.sampled_from(paths))
+        op = draw(st.sampled_from(("value", "value", "value", "delete", "nest")))
+        parent = doc
+        for step in path[:-1]:
+            parent = parent[step]
+        if op == "delete":
+            del parent[path[-1]]
+        elif op == "nest":
+            parent[path[-1]] = _nested(60)
+        else:
+            parent[path[-1]] = copy.deepcopy(draw(st.sampled_from(FACT_VALUES)))
+    return doc

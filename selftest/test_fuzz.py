@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -27,7 +28,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuhealth import cli, evidence
+from gpuhealth import cli, evidence, registry
+from gpuhealth.checks import HISTORY_SECTION, NodeView, gpu_slots, judged
+from gpuhealth.config import Expectations, Platform, ProfileSet, resolve_limits
+from gpuhealth.documents import FactsError, facts_from_text
 from gpuhealth.families.dcgm import parse_dcgm, parse_dcgm_table
 from gpuhealth.families.fabric import parse_fi_info, parse_ibstat, parse_rdma
 from gpuhealth.families.gpu import parse_nvlink, parse_smi_table, parse_smi_text, parse_smi_xml
@@ -37,14 +41,21 @@ from gpuhealth.families.kernel import parse_kernel_log
 from gpuhealth.families.nccl import parse_nccl_tests
 from gpuhealth.families.storage import parse_mounts
 from gpuhealth.families.system import parse_numactl, parse_proc
+from gpuhealth.history.run import History, measured, run_record
+from gpuhealth.integrations.prometheus import readings
 from gpuhealth.parsing import ParseError
-from selftest.mutations import garbled, mutated, mutated_json
+from gpuhealth.report import NodeVerdict
+from gpuhealth.results import Status
+from selftest.facts import healthy_h100
+from selftest.facts import limits as facts_limits
+from selftest.mutations import garbled, mutated, mutated_facts, mutated_json
 
 DATA = Path(__file__).parent / "data"
 EXAMPLES = int(os.environ.get("GPUHEALTH_FUZZ_EXAMPLES", "700"))
 # Fixed cases in `make test` (the same run every time); `make fuzz` draws fresh ones.
 FRESH = os.environ.get("GPUHEALTH_FUZZ_FRESH") == "1"
 PER_CASE = timedelta(seconds=5)  # bounded time: a linear parser needs milliseconds
+PROFILES = ProfileSet()
 
 
 def texts(*patterns: str) -> list[str]:
@@ -446,3 +457,196 @@ def test_destroying_the_evidence_of_a_fault_never_gives_pass(fault, record_prope
             assert not found or {f["status"] for f in found} != {"PASS"}, found
 
     record_property("fuzz_cases", fuzz(garbled(text, protect), never_pass, EXAMPLES // 4))
+
+
+# ---------------------------------------------------------------- saved facts documents
+
+
+def _with_evidence(facts: dict[str, Any], *files: str) -> dict[str, Any]:
+    """`facts` with the sections real saved outputs give (GPUd, DCGM, InfiniBand, IMEX,
+    nccl-tests, kernel and fabric manager logs) added, as a probe that read them would."""
+    for name in files:
+        found = evidence.facts_from_file(DATA / name)[1]
+        facts.update((key, value) for key, value in found.items() if key not in _TOP)
+    return facts
+
+
+# The document's own top-level keys, which the evidence's must not replace.
+_TOP = {*healthy_h100()} - {"kernel_log", "fabric_manager", "fabric", "gpud", "imex"}
+
+
+def _facts_seeds() -> dict[str, dict[str, Any]]:
+    """Real facts documents: the healthy H100 node as the live probe returns it, the same
+    node with every other family's section from real saved outputs, and a B200 from its
+    `nvidia-smi -q -x` (NVLink fabric fields)."""
+
+    def _live(facts: dict[str, Any]) -> dict[str, Any]:
+        facts["source"] = "nvml"
+        facts["driver"]["loaded"] = True
+        return facts
+
+    rich = _with_evidence(
+        healthy_h100(),
+        "gpud/gpud_docs_v1_states_xid74_unhealthy_element.json",
+        "dcgm/vc_dcgmi_diag_r2.json",
+        "efa/gpud_ibstat_47.0_h100_all_active.txt",
+        "imex/imex-ctl-N-p6e-gb200-18node-awsparallelcluster.txt",
+        "nccl-tests/awsome_2x_p5.48xlarge_efa_all_reduce_srun.txt",
+        "dmesg/gpud_dmesg_xid48_63_94_peermem.log",
+        "dmesg/gpud_fabricmanager_nvswitch_nonfatal.log",
+    )
+    return {
+        "healthy-h100": healthy_h100(),
+        "h100-every-section": rich,
+        "gb200-xml": _live(
+            evidence.facts_from_file(DATA / "nvfabric/nvsmi-qx-gb200-k8stestinfra.xml")[1]
+        ),
+    }
+
+
+def _past(host: str, facts: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The `history` section the suite gives `host`: five nights of `facts`, measured and
+    written through the real store, read back as the plugin reads them."""
+    lim = facts_limits("h100-sxm")
+    for night in range(5):
+        history = History(str(folder / "history.sqlite"), folder, started_at=T0 + night * 86400)
+        found = measured(NodeView(host, facts, lim))
+        store = history.store()
+        assert store is not None
+        store.write_run(
+            run_record(
+                history,
+                complete=True,
+                exit_status=0,
+                level="quick",
+                source="facts",
+                command="pytest",
+                inventory=None,
+                verdicts=[NodeVerdict(host, "PASS")],
+                outcomes=[],
+                measured_by_host={host: found},
+            )
+        )
+        history.close()
+    history = History(str(folder / "history.sqlite"), folder, started_at=T0 + 5 * 86400)
+    section = history.section(host, lim)
+    history.close()
+    return section
+
+
+T0 = 1_790_000_000.0
+
+
+def judge_saved(text: str, host: str, past: dict[str, Any]) -> dict[str, Any]:
+    """A saved facts document judged the way `pytest --facts` judges it: loaded and
+    validated, its limits resolved (profile h100-sxm, as an inventory names it), every check
+    on every GPU slot, then what the run store and the Prometheus textfile keep of it.
+    {"error": message} for a refused document, else {"findings", "measured", "readings"}."""
+    try:
+        facts = facts_from_text(text, f"facts of {host}")
+    except FactsError as exc:
+        return {"error": str(exc)}
+    lim = resolve_limits(Expectations("h100-sxm", None, {}), PROFILES, Platform.of(facts))
+    view = NodeView(host, {**facts, HISTORY_SECTION: past}, lim)
+    found = judged(list(registry.checks().values()), view, gpu_slots(view.expected_gpus, facts))
+    return {"findings": found, "measured": measured(view), "readings": readings(view)}
+
+
+def _storable(value: Any) -> bool:
+    """What every sink stores: a finite float, a bounded string, or null."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, str) and len(value) <= 4096
+
+
+def judged_or_refused(host: str, past: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """The property: a mutated document is one clear error naming its host and the field, or
+    every check gives a verdict, and what the sinks keep of it is storable."""
+
+    def prop(doc: dict[str, Any]) -> None:
+        got = judge_saved(json.dumps(doc), host, past)
+        if "error" in got:
+            assert got["error"].startswith(f"facts of {host}: "), got["error"]
+            assert len(got["error"]) < 400, got["error"]
+            return
+        assert {f.status for f in got["findings"]} <= set(Status)
+        kept = got["measured"]
+        assert all(_storable(row["value"]) for row in kept["rows"] + got["readings"]), kept
+        identity = kept["identity"]
+        assert all(_storable(identity[key]) for key in ("driver", "profile")), identity
+        assert all(
+            _storable(value)
+            for gpu in identity["gpus"]
+            for value in gpu.values()
+            if not isinstance(value, int) or isinstance(value, bool)
+        ), identity
+        json.dumps(kept, allow_nan=False)
+
+    return prop
+
+
+FACTS_SEEDS = _facts_seeds()
+
+
+@pytest.mark.parametrize("seed", sorted(FACTS_SEEDS))
+def test_mutated_facts_documents_give_a_verdict_or_a_clear_error(seed, tmp_path, record_property):
+    """Saved facts damaged in value and structure (wrong types, 2**64, NaN, deleted keys, deep
+    nesting): judged through the real path of `pytest --facts`, never an exception."""
+    doc = FACTS_SEEDS[seed]
+    prop = judged_or_refused("n17", _past("n17", doc, tmp_path))
+    record_property("fuzz_cases", fuzz(mutated_facts(doc), prop, EXAMPLES // 2))
+
+
+def _facts_faults() -> dict[str, tuple[dict[str, Any], tuple[Any, ...], str, int | None]]:
+    """name -> (a saved document with one fault, the path of the fault's evidence, the check
+    that fails on it, the GPU slot it judges)."""
+    ecc = healthy_h100()
+    ecc["gpus"][2]["ecc"]["volatile"]["uncorrected"] = 2
+    lost = healthy_h100()
+    lost["gpus"][5]["lost"] = {"call": "nvmlDeviceGetTemperature", "error": "GPU is lost"}
+    pending = healthy_h100()
+    pending["gpus"][3]["remapped_rows"]["pending"] = True
+    old_driver = healthy_h100()
+    old_driver["driver"]["version"] = "470.57.02"
+    return {
+        "ecc-uncorrected-gpu2": (
+            ecc,
+            ("gpus", 2, "ecc", "volatile", "uncorrected"),
+            "ecc_errors",
+            2,
+        ),
+        "gpu5-lost": (lost, ("gpus", 5, "lost"), "gpu_lost", 5),
+        "row-remap-pending-gpu3": (
+            pending,
+            ("gpus", 3, "remapped_rows", "pending"),
+            "row_remapping",
+            3,
+        ),
+        "driver-too-old": (old_driver, ("driver", "version"), "driver_version", None),
+    }
+
+
+FACTS_FAULTS = _facts_faults()
+
+
+@pytest.mark.parametrize("fault", sorted(FACTS_FAULTS))
+def test_mutating_other_fields_of_a_faulty_document_never_gives_pass(
+    fault, tmp_path, record_property
+):
+    """The fault's own field left alone, anything else damaged: still FAIL, or the document
+    refused; never PASS (a refused document fails its node with RERUN)."""
+    doc, evidence_at, check, index = FACTS_FAULTS[fault]
+    past = _past("n17", doc, tmp_path)
+
+    def status(found: dict[str, Any]) -> Status | None:
+        if "error" in found:
+            return None
+        return next(f.status for f in found["findings"] if f.check == check and f.gpu == index)
+
+    assert status(judge_saved(json.dumps(doc), "n17", past)) is Status.FAIL
+
+    def never_pass(mutant: dict[str, Any]) -> None:
+        assert status(judge_saved(json.dumps(mutant), "n17", past)) is not Status.PASS
+
+    strategy = mutated_facts(doc, evidence_at)
+    record_property("fuzz_cases", fuzz(strategy, never_pass, EXAMPLES // 4))

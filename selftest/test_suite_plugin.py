@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -141,6 +142,41 @@ def test_broken_facts_file_errors_that_host_only(tmp_path):
     assert outcomes["test_driver_version[n1]"] == "passed"
     n2 = run.verdicts["nodes"]["n2"]
     assert n2["verdict"] == "FAIL" and "n2.json: not JSON (line 1" in n2["reasons"][0]
+
+
+@pytest.mark.suite
+def test_a_value_no_report_can_store_fails_its_node_and_every_report_is_written(tmp_path):
+    """Issue 24: a 2**64 driver version made the run store refuse the run at session end, and
+    no verdicts.json was written. Now the document is refused at load: its node fails with
+    a clear error, the others are judged and kept, every report is written."""
+    bad = healthy_h100()
+    bad["driver"]["version"] = 2**64
+    facts = write_facts(tmp_path / "facts", n1=healthy_h100(), n2=bad, n3=healthy_h100())
+    store = tmp_path / "r" / "history.sqlite"
+    (tmp_path / "prom").mkdir()
+    run = run_suite(
+        tmp_path / "r",
+        "--facts",
+        str(facts),
+        "--profile",
+        "h100-sxm",
+        f"--history={store}",
+        "--history-create",
+        f"--prometheus-textfile-dir={tmp_path / 'prom'}",
+    )
+    assert run.rc == 1, run.output
+    nodes = run.verdicts["nodes"]
+    assert sorted(nodes) == ["n1", "n2", "n3"]
+    assert (nodes["n1"]["verdict"], nodes["n3"]["verdict"]) == ("PASS", "PASS")
+    assert nodes["n2"]["verdict"] == "FAIL" and nodes["n2"]["actions"] == ["RERUN"]
+    assert "n2.json: driver.version: 18446744073709551616" in nodes["n2"]["reasons"][0]
+    assert run.verdicts["history"]["run"] is not None, run.output
+    assert run.outcomes()["test_driver_version[n2]"] == "error"
+    assert any((tmp_path / "r" / "allure-results").glob("*-result.json"))
+    assert 'host="n2"' in (tmp_path / "prom" / "gpuhealth.prom").read_text()
+    with sqlite3.connect(store) as db:
+        kept = dict(db.execute("SELECT host, verdict FROM nodes").fetchall())
+    assert kept == {"n1": "PASS", "n2": "FAIL", "n3": "PASS"}
 
 
 @pytest.mark.suite
