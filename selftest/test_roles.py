@@ -820,6 +820,8 @@ def slurm_run(roles_run):
         TIMINGS["HealthCheckProgram: n2 drained, then resumed"] = (
             health_drained_s + health_resumed_s
         )
+        n1_meanwhile = slurm.nodes()["n1"]
+        node_check_log = bed.ssh("n2", "cat /var/log/gpuhealth-node-check.log", check=False).stdout
         start = time.monotonic()
         busy = _jobs(bed, slurm)
         TIMINGS["Jobs: busy n1, prolog and epilog drains"] = time.monotonic() - start
@@ -836,8 +838,8 @@ def slurm_run(roles_run):
             health_drained_s,
             health_resumed,
             health_resumed_s,
-            slurm.nodes()["n1"],
-            bed.ssh("n2", "cat /var/log/gpuhealth-node-check.log", check=False).stdout,
+            n1_meanwhile,
+            node_check_log,
             busy,
         )
 
@@ -853,6 +855,13 @@ README_SLURM = (
 JOB_SECONDS = 600  # the jobs sleep; each phase ends its job itself
 
 
+JOBS_SOCKET = "/run/gpuhealth-jobs.sock"  # a second serve on n1, refreshed every 2 s
+ASK_AS_NOBODY = (
+    "setpriv --reuid nobody --regid nogroup --clear-groups /opt/gpuhealth/bin/python -c "
+    + shlex.quote(ASK.replace("/var/run/nvhcd.sock", JOBS_SOCKET))
+)
+
+
 @dataclass
 class JobsRun:
     """Jobs on the bed under the README's Slurm config (sinfo's (state, reason) each time)."""
@@ -860,6 +869,8 @@ class JobsRun:
     busy_seen: list[tuple[str, str]]  # n1 running a job, healthy, over several intervals
     busy_job: str  # squeue's state of that job meanwhile
     busy_log: str  # n1's node-check log then
+    busy_answer: dict[str, Any]  # serve on n1 (the role's unit, ttl 2 s) asked as nobody
+    fault_answer: dict[str, Any]  # the same after the ECC fault
     fault_seen: tuple[str, str]  # n1, same job, ECC errors on gpu3
     fault_job: str  # the job's state once n1 is draining
     prolog_seen: tuple[str, str]  # n2 with a stray process, a job sent to it
@@ -927,9 +938,29 @@ def _jobs(bed, slurm) -> JobsRun:
         busy_seen.append(slurm.nodes()["n1"])
     busy_job = _job_state(slurm, job)
     busy_log = bed.ssh("n1", "cat /var/log/gpuhealth-node-check.log", check=False).stdout
+    # ft_launcher's service as the role runs it (its unit's command, its socket mode), on its
+    # own socket with a 2 s refresh, asked by the job's user: here nobody.
+    from selftest.testbed import roles_bed
+
+    unit = bed.ssh("n1", "cat /etc/systemd/system/gpuhealth-serve.service").stdout
+    jobs_unit = re.sub(r"(?m)^(ExecStart=.*)$", rf"\1 --socket {JOBS_SOCKET} --ttl 2", unit)
+    assert jobs_unit != unit
+    bed.ssh("n1", "cat > /etc/systemd/system/gpuhealth-jobs.service", input=jobs_unit)
+    roles_bed.start_unit(bed, "n1", "gpuhealth-jobs")
+
+    def asked() -> dict[str, Any]:
+        return json.loads(_on(bed, "n1", ASK_AS_NOBODY))
+
+    socket_up = _wait(
+        lambda: bed.ssh("n1", f"test -S {JOBS_SOCKET}", check=False).returncode == 0, bool, 60
+    )
+    assert socket_up, _on(bed, "n1", "cat /var/log/gpuhealth-jobs.log")
+    busy_answer = asked()
     _scenario(bed, "n1", "busy-ecc-gpu3", pid)
     fault_seen = slurm.wait_for("n1", lambda s: s[1].startswith("gpuhealth:"), 60)
     fault_job = _job_state(slurm, job)
+    fault_answer = _wait(asked, lambda a: not a["success"], 30)
+    bed.ssh("n1", f"pkill -f -- '--socket {JOBS_SOCKET}'; rm -f {JOBS_SOCKET}", check=False)
     slurm.run("scancel", job)
     _scenario(bed, "n1", "healthy-h100x8")
     slurm.wait_for("n1", lambda s: s[0] == "idle", 90)  # an idle PASS resumes it
@@ -938,9 +969,7 @@ def _jobs(bed, slurm) -> JobsRun:
     _scenario(bed, "n2", "memory-stuck-gpu6")
     stray = _job(slurm, "n2")
     prolog_seen = slurm.wait_for("n2", lambda s: s[0].startswith("drain"), 60)
-    prolog_job = _wait(
-        lambda: _job_state(slurm, stray), lambda s: not s.startswith(("RUNNING", "CONFIG")), 30
-    )
+    prolog_job = _wait(lambda: _job_state(slurm, stray), lambda s: s.startswith("PENDING"), 60)
     slurm.run("scancel", stray)
     # The epilog: a job on n1 ends and 20 GiB stay in use on gpu6 with no process holding it.
     job = _job(slurm, "n1")
@@ -952,6 +981,10 @@ def _jobs(bed, slurm) -> JobsRun:
         f"--- {node}\n" + bed.ssh(node, "cat /var/log/gpuhealth-node-check.log", check=False).stdout
         for node in ("n1", "n2")
     )
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    seen = {"busy": busy_seen, "busy_job": busy_job, "fault": fault_seen, "fault_job": fault_job}
+    seen.update(prolog=prolog_seen, prolog_job=prolog_job, epilog=epilog_seen)
+    (REPORTS / "jobs.log").write_text(f"{seen}\n{log}")
     for node in ("n1", "n2"):  # leave both as the tests after found them
         _scenario(bed, node, "healthy-h100x8")
     slurm.configure(bed)
@@ -962,6 +995,8 @@ def _jobs(bed, slurm) -> JobsRun:
         busy_seen,
         busy_job,
         busy_log,
+        busy_answer,
+        fault_answer,
         fault_seen,
         fault_job,
         prolog_seen,
@@ -1059,7 +1094,7 @@ def test_the_prolog_drains_a_node_with_stray_processes_and_requeues_the_job(slur
     state, reason = jobs.prolog_seen
     assert state.startswith("drain"), (jobs.prolog_seen, jobs.log)
     assert reason.startswith("gpuhealth: FAIL ") and "stray compute processes" in reason, reason
-    assert jobs.prolog_job.startswith("PENDING"), jobs.prolog_job
+    assert jobs.prolog_job.startswith("PENDING") and "requeued" in jobs.prolog_job, jobs.prolog_job
 
 
 @on_the_bed
@@ -1068,3 +1103,19 @@ def test_the_epilog_drains_a_node_whose_gpu_memory_is_not_freed(slurm_run):
     state, reason = jobs.epilog_seen
     assert state.startswith("drain"), (jobs.epilog_seen, jobs.log)
     assert reason.startswith("gpuhealth: FAIL ") and "still in use after waiting" in reason, reason
+
+
+@on_the_bed
+def test_the_health_service_answers_a_job_s_user_for_the_busy_node(slurm_run):
+    """serve as the role installs it (mode 0666), asked by an unprivileged user while n1 runs
+    a job: healthy, reached (gpuhealth's own answer, judged in use); unhealthy once gpu3 shows
+    uncorrectable ECC errors under the same job."""
+    from selftest.nvrx import failed_checks, nvrx_healthy, reached
+
+    busy = SimpleNamespace(**slurm_run.jobs.busy_answer)
+    assert reached(busy), busy
+    assert nvrx_healthy(busy), busy
+    assert json.loads(busy.output)["node_state"] == "in-use"
+    fault = SimpleNamespace(**slurm_run.jobs.fault_answer)
+    assert reached(fault) and not nvrx_healthy(fault), fault
+    assert ("ecc_errors", 3) in failed_checks(fault), fault.output
