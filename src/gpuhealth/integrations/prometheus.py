@@ -260,9 +260,9 @@ class RunCollector:
         )
         for node in sorted(self.run.verdicts, key=lambda v: v.host):
             # A verdict outside the known ones (none today) is shown as FAIL: never as PASS.
-            verdict = node.verdict if node.verdict in VERDICTS else "FAIL"
-            for name in VERDICTS:
-                family.add_metric([node.host, name], 1.0 if name == verdict else 0.0)
+            _one_hot(
+                family, node.host, VERDICTS, node.verdict if node.verdict in VERDICTS else "FAIL"
+            )
         return family
 
     def _node_states(self) -> Metric:
@@ -274,8 +274,7 @@ class RunCollector:
         )
         for node in sorted(self.run.verdicts, key=lambda v: v.host):
             if node.node_state in NODE_STATES:
-                for name in NODE_STATES:
-                    family.add_metric([node.host, name], 1.0 if name == node.node_state else 0.0)
+                _one_hot(family, node.host, NODE_STATES, node.node_state)
         return family
 
     def _statuses(self) -> Metric:
@@ -336,6 +335,12 @@ class RunCollector:
             for key in sorted(samples):
                 family.add_metric(list(key), samples[key])
             yield family
+
+
+def _one_hot(family: GaugeMetricFamily, host: str, names: Iterable[str], chosen: str) -> None:
+    """One series per name for `host`: 1 for the chosen one, 0 for the others."""
+    for name in names:
+        family.add_metric([host, name], 1.0 if name == chosen else 0.0)
 
 
 def _labels(how: Exported, host: str, row: dict[str, Any]) -> tuple[str, ...] | None:
