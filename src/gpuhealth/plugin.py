@@ -34,7 +34,14 @@ from gpuhealth.checks import HISTORY_SECTION, NodeView, evaluate
 from gpuhealth.config import ConfigError, Platform, ProfileSet, resolve_limits
 from gpuhealth.documents import FactsError, load_facts
 from gpuhealth.facts import NODE_STATES
-from gpuhealth.history.run import DEFAULT_STORE, POLICIES, History, measured, measured_load
+from gpuhealth.history.run import (
+    DEFAULT_STORE,
+    POLICIES,
+    History,
+    measured,
+    measured_load,
+    store_usage_error,
+)
 from gpuhealth.junit_results import JUnitResults
 from gpuhealth.reporter import Reporter
 from gpuhealth.results import Status
@@ -120,6 +127,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--history",
         metavar="PATH|URL",
         help=f"run store: an SQLite file (default {DEFAULT_STORE}) or postgresql://...",
+    )
+    group.addoption(
+        "--history-create",
+        action="store_true",
+        help="start a new run store where --history names none (else that is a usage error)",
+    )
+    group.addoption(
+        "--history-read-only",
+        action="store_true",
+        help="judge against the run store but record nothing (re-judging saved facts)",
     )
     group.addoption(
         "--no-history", action="store_true", help="keep no history; regression checks skip"
@@ -381,8 +398,14 @@ def pytest_configure(config: pytest.Config) -> None:
         None if opt.no_history or opt.collectonly else (opt.history or DEFAULT_STORE),
         here,
         opt.regressions or "fail",
+        read_only=opt.history_read_only,
     )
     if not _is_worker(config):
+        problem = store_usage_error(
+            history.spec, here, opt.history_create, opt.history_read_only
+        )
+        if problem:
+            raise pytest.UsageError(f"gpuhealth: {problem}")
         history.store()  # the schema migrated once, before any worker reads the store
     textfile = None
     if opt.prometheus_textfile_dir and not opt.collectonly:
@@ -607,7 +630,7 @@ class HostState:
             # The profile the host is identified as when the inventory names none.
             platform = Platform.of(facts)
             limits = resolve_limits(self.target.expectations, self.state.profiles, platform)
-            past = self.state.history.section(self.target.name, limits)
+            past = self.state.history.section(self.target.name, limits, facts)
             # Saved facts keep the state they were collected in, unless --node-state says.
             given = self.state.config.option.node_state
             state = given if given in NODE_STATES and self.target.facts_file else None

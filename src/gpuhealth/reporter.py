@@ -303,14 +303,15 @@ class Reporter:
         store; whether it was kept. A store that cannot be used turns a green run red: a
         nightly job must not pass without its regression checks."""
         history = self.state.history
-        if history.spec is None or session.config.option.collectonly:
+        if history.spec is None or history.read_only or session.config.option.collectonly:
             return False
         store = history.store()
         try:
             if store is None:
                 raise StoreError(str(history.error))
             by_host = {v.host: v for v in self.verdicts}
-            for host, entry in new_failures(store.last_states(by_host), by_host).items():
+            nights = history.nights(self.measured)
+            for host, entry in new_failures(store.last_states(by_host), by_host, nights).items():
                 by_host[host].regressions.append(entry)
             opt = session.config.option
             store.write_run(

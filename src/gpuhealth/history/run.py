@@ -2,6 +2,12 @@
 runs handed to its checks as the `history` facts section, what each host measured, and the
 run written to the store at the end (with nodes that passed last run and fail now named).
 
+A host's night is its facts' collection time (`collected_at`; the run's start where the facts
+do not say): per host, not one time for the run, because facts gathered by collect.yml across
+a fleet, or a folder of saved facts, need not share a night. The section holds only what came
+before the night, so old facts judged again (`pytest --facts`) are judged against their own
+past, and the store records them as a re-judgement of that night.
+
 Workers only read (one query set per host, when its first test starts); the controller writes
 the whole run in one transaction when the run ends.
 """
@@ -17,6 +23,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+
 from gpuhealth.checks import NodeView
 from gpuhealth.config import Profile
 from gpuhealth.families.history import metrics
@@ -27,6 +35,37 @@ from gpuhealth.registry import checks
 
 DEFAULT_STORE = "reports/history.sqlite"
 POLICIES = ("fail", "warn")
+START = 0.0  # before any night: a baseline that began with the host's first night
+
+
+def missing_store(spec: str, base: Path) -> Path | None:
+    """The SQLite file `--history` names when it does not exist (else None): a mistyped path
+    must not start an empty history in which every regression test skips."""
+    url = engine_url(spec, base)
+    if not url.startswith("sqlite:"):
+        return None
+    path = Path(sa.make_url(url).database or "")
+    return None if path.exists() else path
+
+
+def store_usage_error(spec: str | None, base: Path, create: bool, read_only: bool) -> str | None:
+    """Why `--history` cannot be used as given (None: it can): a store that does not exist is
+    created only when asked (`--history-create`, or the default store), never to read only."""
+    if spec is None:
+        return None
+    if create and read_only:
+        return "--history-create and --history-read-only contradict each other"
+    path = missing_store(spec, base)
+    if path is None:
+        return None
+    if read_only:
+        return f"--history-read-only: no run store at {path}"
+    if create or path == (base / DEFAULT_STORE).resolve():
+        return None
+    return (
+        f"--history {spec}: no run store at {path}; a new one would start an empty history "
+        "in which every regression test skips. Give --history-create to start one there"
+    )
 
 
 @dataclass
@@ -36,6 +75,7 @@ class History:
     spec: str | None  # None: history off (--no-history)
     base: Path
     policy: str = "fail"
+    read_only: bool = False  # --history-read-only: judge against the store, record nothing
     started_at: float = field(default_factory=time.time)
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))
     error: str | None = None
@@ -58,26 +98,100 @@ class History:
                 return None
         return self._store
 
-    def section(self, host: str, limits: Profile) -> dict[str, Any]:
-        """The `history` facts section of a host: its recent complete runs, newest first."""
+    def night(self, facts: dict[str, Any] | None) -> float:
+        """The night a host's facts belong to: their collection time, else the run's start."""
+        return metrics.collected_at(facts or {}) or self.started_at
+
+    def nights(self, measured_by_host: dict[str, dict[str, Any]]) -> dict[str, float]:
+        """Each measured host's night (what `measured` kept of its facts' collection time)."""
+        return {
+            host: (found.get("identity") or {}).get("collected_at") or self.started_at
+            for host, found in measured_by_host.items()
+        }
+
+    def section(
+        self, host: str, limits: Profile, facts: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The `history` facts section of a host: its complete nights before these facts',
+        newest first (the recent ones and the first ones of each baseline), its pins, and
+        what was already reported for this night when it is judged again."""
         if self.spec is None:
             return {"skipped": "run history off (--no-history)"}
         store = self.store()
         if store is None:
             return {"skipped": f"run history unavailable: {self.error}"}
         lim = limits.get(HistoryLimits)
-        # Enough runs to find the baseline's good runs among failing ones.
-        wanted = max(20, 4 * lim.history_baseline_runs)
+        night = self.night(facts)
+        # Enough runs to find the baselines' good runs among failing ones.
+        wanted = max(20, 4 * lim.history_baseline_runs, 2 * lim.history_trend_runs)
         try:
-            runs = store.host_history(host, wanted)
+            pins = store.pins(host, night)
+            starts = baseline_starts(store, host, night, facts or {}, pins)
+            runs = store.host_history(
+                host, wanted, night, starts, 4 * (lim.history_reference_runs or 0)
+            )
+            dated = metrics.collected_at(facts or {}) is not None
+            again = store.night(host, night) if dated else None
         except StoreError as exc:
             return {"skipped": f"run history unavailable: {exc}"}
-        return {"store": store.name, "policy": self.policy, "now": self.started_at, "runs": runs}
+        found = {
+            "store": store.name,
+            "policy": self.policy,
+            "now": night,
+            "runs": runs,
+            "pins": {
+                "node": max((p["at"] for p in pins if p["gpu_key"] is None), default=None),
+                "gpus": {p["gpu_key"]: p["at"] for p in pins if p["gpu_key"] is not None},
+            },
+        }
+        if again is not None:
+            found["rejudging"] = again
+        return found
 
     def close(self) -> None:
         """Release the store's connections."""
         if self._store is not None:
             self._store.close()
+
+
+def baseline_starts(
+    store: Store, host: str, night: float, facts: dict[str, Any], pins: list[dict[str, Any]]
+) -> set[float]:
+    """When each drift baseline of the host's current node and GPUs began (the store hands
+    over the first nights after each, so a reference formed long ago stays put): after the
+    node's driver or firmware last differed from these facts' or it was pinned; for a GPU
+    (by serial), also after its VBIOS last differed, it was pinned, or from its first night
+    here. The checks apply the same rules to the nights they get (checks._gpu_past)."""
+    node, gpus = metrics.identity(facts)
+    firmware = json.dumps(node["firmware"], sort_keys=True) if node["firmware"] else None
+    seen_nodes, seen_gpus = store.identities(host, night)
+    node_start = max(
+        [
+            *(
+                row["last"]
+                for row in seen_nodes
+                if (row["driver"], row["firmware"]) != (node["driver"], firmware)
+            ),
+            *(pin["at"] for pin in pins if pin["gpu_key"] is None),
+        ],
+        default=START,
+    )
+    starts = {node_start}
+    for gpu in gpus:
+        key = metrics.gpu_key({"serial": gpu["serial"], "uuid": gpu["uuid"]})
+        mine = [row for row in seen_gpus if key is not None and key in (row["serial"], row["uuid"])]
+        if not mine:
+            continue
+        vbios = gpu["vbios"]
+        starts.add(
+            max(
+                node_start,
+                min(row["first"] for row in mine) - 1.0,  # from its first night here
+                *(row["last"] for row in mine if vbios and row["vbios"] and row["vbios"] != vbios),
+                *(pin["at"] for pin in pins if pin["gpu_key"] == key),
+            )
+        )
+    return starts
 
 
 def measured(view: NodeView) -> dict[str, Any]:
@@ -91,7 +205,12 @@ def measured(view: NodeView) -> dict[str, Any]:
             key = metrics.gpu_key(gpu)
             for name, value in metrics.gpu_values(gpu, view.in_use).items():
                 rows.append(_row(gpu["index"], key, name, value))
-    identity = {**node, "profile": view.limits.name, "gpus": gpus}
+    identity = {
+        **node,
+        "profile": view.limits.name,
+        "gpus": gpus,
+        "collected_at": metrics.collected_at(view.facts),
+    }
     return {"identity": identity, "rows": rows}
 
 
@@ -116,17 +235,22 @@ def _row(gpu: int | None, key: str | None, name: str, value: float) -> dict[str,
 
 
 def new_failures(
-    last: dict[str, dict[str, Any]], nodes: dict[str, Any]
+    last: dict[str, dict[str, Any]],
+    nodes: dict[str, Any],
+    nights: dict[str, float] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The nodes that passed (or warned) in their last run and fail now, each as a regression
     entry naming the checks that fail now and did not then (regression checks aside: they
-    are regressions already). `nodes`: host -> NodeVerdict."""
+    are regressions already). `nodes`: host -> NodeVerdict; `nights`: host -> its night,
+    where a host whose last night is not older (facts judged again) is no new failure."""
     # A failure of a regression check is a regression already, not a new failure.
     regression_checks = {c.name for c in checks().values() if c.family == "history"}
     found = {}
     for host, verdict in nodes.items():
         before = last.get(host)
         if verdict.verdict != "FAIL" or before is None or before["verdict"] not in ("PASS", "WARN"):
+            continue
+        if nights is not None and host in nights and before["at"] >= nights[host]:
             continue
         newly = sorted(
             {
@@ -198,6 +322,7 @@ def run_record(
                 "profile": ident.get("profile"),
                 "driver": ident.get("driver"),
                 "firmware": json.dumps(firmware, sort_keys=True) if firmware else None,
+                "collected_at": ident.get("collected_at"),
             }
         )
         run.gpus += [{"host": verdict.host, **gpu} for gpu in ident.get("gpus") or []]

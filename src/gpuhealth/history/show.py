@@ -1,4 +1,7 @@
-"""`gpuhealth history`: the run store as tables and trend plots, and its pruning.
+"""`gpuhealth history`: the run store as tables and trend plots, its pruning, and `pin`
+(after a repair, a node's or GPU's drift baselines restart from its next night).
+
+It reads a store and never creates one: a path that names none is an error.
 
 matplotlib draws the plots (the Agg backend: a PNG, no display), imported only when a plot is
 asked for; it comes with `pip install 'gpuhealth[plot]'`.
@@ -14,7 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuhealth.history.run import DEFAULT_STORE
+from gpuhealth.families.history.metrics import gpu_key
+from gpuhealth.history.run import DEFAULT_STORE, missing_store
 from gpuhealth.history.store import Store, StoreError
 
 # What a nightly report plots when the store has it: the trends people ask about first.
@@ -108,15 +112,47 @@ def trends_png(store: Store, since: float) -> bytes | None:
         return None
 
 
+def pin(store: Store, host: str, gpu: int | None, reason: str | None) -> int:
+    """Record a pin of the host (or its GPU at index `gpu` in its latest night, followed by
+    serial from then on): its reference baselines restart from its next night."""
+    key = None
+    if gpu is not None:
+        found = store.latest_gpus(host).get(gpu)
+        key = gpu_key(found) if found else None
+        if key is None:
+            print(
+                f"gpuhealth history pin: {host} had no gpu{gpu} with a serial or UUID in its "
+                f"latest night in {store.name}"
+            )
+            return 2
+    elif not store.host_history(host, 1):
+        print(f"gpuhealth history pin: {host} has no night in {store.name}")
+        return 2
+    store.pin(host, gpu, key, time.time(), reason or "")
+    what = f"{host} gpu{gpu} ({key})" if key else f"{host} (the node and its GPUs)"
+    print(f"pinned {what}: its reference baselines restart from its next night")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    """`gpuhealth history`: a table (or --plot) of measured values, or `prune --keep`."""
+    """`gpuhealth history`: a table (or --plot) of measured values, `prune --keep`, or `pin`."""
     pruning = args.target == "prune" and not args.host
+    pinning = args.target == "pin" and not args.host
     if pruning and args.keep is None:
         print("gpuhealth history prune: --keep SPAN is required, e.g. 90d")
+        return 2
+    if pinning and not args.name:
+        print("gpuhealth history pin: name the host, e.g. gpuhealth history pin node17 --gpu 3")
+        return 2
+    missing = missing_store(args.history, Path.cwd())
+    if missing is not None:
+        print(f"gpuhealth history: no run store at {missing} (--history names the store)")
         return 2
     host = args.host or (None if pruning else args.target)
     try:
         store = Store(args.history)
+        if pinning:
+            return pin(store, args.name, args.gpu, args.reason)
         if pruning:
             gone = store.prune(time.time() - args.keep)
             print(f"pruned {gone} runs older than {args.keep / 86400:g} days from {store.name}")
@@ -153,6 +189,9 @@ def run(args: argparse.Namespace) -> int:
             verdicts[verdict] = verdicts.get(verdict, 0) + 1
         counts = ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
         state = "" if found["complete"] else " (incomplete)"
+        if found["rejudged"]:
+            nights = sorted({_when(at) for at in found["rejudged"].values()})
+            state += f" (judged again: {len(found['rejudged'])} hosts of {', '.join(nights)})"
         print(
             f"  {_when(found['started_at'])}  {found['level']:<8} {counts}; "
             f"{len(found['regressions'])} regressions{state}"
@@ -165,10 +204,16 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     """The `history` subcommand of `gpuhealth`."""
     parser = sub.add_parser(
-        "history", help="measured values over time from the run store; `prune --keep 90d`"
+        "history",
+        help="measured values over time from the run store; `prune --keep 90d`; "
+        "`pin HOST [--gpu N]` after a repair",
     )
-    parser.add_argument("target", nargs="?", metavar="HOST|prune", help="one host, or prune")
-    parser.add_argument("--host", help="one host (when it is named `prune`)")
+    parser.add_argument(
+        "target", nargs="?", metavar="HOST|prune|pin", help="one host, prune, or pin"
+    )
+    parser.add_argument("name", nargs="?", metavar="HOST", help="pin: the host to pin")
+    parser.add_argument("--host", help="one host (when it is named `prune` or `pin`)")
+    parser.add_argument("--reason", help="pin: why (kept in the store), e.g. 'fan replaced'")
     parser.add_argument("--gpu", type=int, metavar="N", help="one GPU index")
     parser.add_argument("--metric", metavar="M", help="one metric (a * glob: 'ib.*')")
     parser.add_argument("--since", type=span_seconds, metavar="SPAN", help="e.g. 30d, 12h, 2w")

@@ -4,6 +4,11 @@ SQLAlchemy Core (not the ORM) because the store is a handful of append-only tabl
 bulk; Alembic because a store written by this version must open with the next one: every
 schema change is a migration in `migrations/versions`, applied when a store is opened.
 
+A host's history is dated by its facts (`nodes.collected_at`, the facts' collection time;
+the run's start where the facts had none), not by the controller's clock: facts judged again
+(`pytest --facts` on an older night) are a re-judgement of that night (`nodes.rejudges`), never
+a new night, and a host's history before a given night holds only what came before it.
+
 Writing is one transaction per run, at the end of the run (a run cut short by SIGKILL leaves
 nothing, a run cut short by ^C is kept but marked incomplete and never used as a baseline).
 Readers (xdist workers loading one host's history) never block a writer on SQLite, whose file
@@ -64,7 +69,10 @@ NODES = sa.Table(
     sa.Column("profile", sa.String(64)),
     sa.Column("driver", sa.String(64)),
     sa.Column("firmware", sa.Text),  # JSON: {"mlx5_0": "28.41.1000", ...}
+    sa.Column("collected_at", sa.Float),  # the facts' collection time (null: the run's start)
+    sa.Column("rejudges", sa.Integer),  # the run whose facts of this host were judged again
     sa.Index("ix_nodes_host", "host"),
+    sa.Index("ix_nodes_host_collected_at", "host", "collected_at"),
 )
 GPUS = sa.Table(
     "gpus",
@@ -122,6 +130,19 @@ MEASUREMENTS = sa.Table(
     sa.Index("ix_measurements_host_run", "host", "run_id"),
     sa.Index("ix_measurements_run", "run_id"),
 )
+PINS = sa.Table(
+    "pins",
+    METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("host", _HOST, nullable=False),
+    sa.Column("gpu", sa.Integer),  # the index it was pinned by, for messages
+    sa.Column("gpu_key", sa.String(64)),  # serial, else UUID; null: the whole node
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("reason", sa.Text),
+    sa.Index("ix_pins_host", "host"),
+)
+# When a host's night was: its facts' collection time, else its run's start.
+NIGHT = sa.func.coalesce(NODES.c.collected_at, RUNS.c.started_at)
 _MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 _PG_LOCK = 0x67707568  # "gpuh": the advisory lock two controllers take to migrate in turn
 
@@ -278,16 +299,54 @@ class Store:
                 values = {k: v for k, v in vars(run).items() if k in RUNS.c}
                 key = conn.execute(RUNS.insert().values(**values)).inserted_primary_key
                 run_id = int(key[0]) if key else 0
+                nodes = self._rejudged(conn, run.nodes)
+                again = {row["host"] for row in nodes if row["rejudges"] is not None}
+                # A night judged again adds no measurements: they are its night's already.
+                measurements = [row for row in run.measurements if row["host"] not in again]
                 for table, rows in (
-                    (NODES, run.nodes),
+                    (NODES, nodes),
                     (GPUS, run.gpus),
                     (FINDINGS, run.findings),
                     (REGRESSIONS, run.regressions),
-                    (MEASUREMENTS, run.measurements),
+                    (MEASUREMENTS, measurements),
                 ):
                     if rows:
                         conn.execute(table.insert(), [{**row, "run_id": run_id} for row in rows])
                 return run_id
+        except SQLAlchemyError as exc:
+            raise StoreError(f"history store {self.name}: {_first_line(exc)}") from None
+
+    @staticmethod
+    def _rejudged(conn: Connection, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The run's node rows, each naming the complete run that already judged the same
+        facts of its host (same host, same collection time), if one did."""
+        found: dict[tuple[str, float | None], int] = {}
+        dated = [row for row in nodes if row.get("collected_at") is not None]
+        for start in range(0, len(dated), 500):  # bounded IN lists
+            chunk = dated[start : start + 500]
+            query = (
+                sa.select(NODES.c.host, NODES.c.collected_at, sa.func.min(NODES.c.run_id))
+                .join(RUNS, NODES.c.run_id == RUNS.c.id)
+                .where(
+                    NODES.c.host.in_({row["host"] for row in chunk}),
+                    NODES.c.collected_at.in_({row["collected_at"] for row in chunk}),
+                    NODES.c.rejudges.is_(None),
+                    RUNS.c.complete,
+                )
+                .group_by(NODES.c.host, NODES.c.collected_at)
+            )
+            found.update({(host, at): first for host, at, first in conn.execute(query)})
+        return [
+            {**row, "rejudges": found.get((row["host"], row.get("collected_at")))} for row in nodes
+        ]
+
+    def pin(self, host: str, gpu: int | None, gpu_key: str | None, at: float, reason: str) -> None:
+        """Record that the node's (or one GPU's) drift baselines restart after `at`."""
+        try:
+            with self._writing() as conn:
+                conn.execute(
+                    PINS.insert().values(host=host, gpu=gpu, gpu_key=gpu_key, at=at, reason=reason)
+                )
         except SQLAlchemyError as exc:
             raise StoreError(f"history store {self.name}: {_first_line(exc)}") from None
 
@@ -311,31 +370,48 @@ class Store:
         except SQLAlchemyError as exc:
             raise StoreError(f"history store {self.name}: {_first_line(exc)}") from None
 
-    def host_history(self, host: str, limit: int) -> list[dict[str, Any]]:
-        """The host's last `limit` complete runs, newest first, each as one sample: when, the
-        node's verdict, driver and firmware, its GPUs' identities and every measured value."""
-        runs = self._read(
+    def _own_nights(self, host: str, before: float | None) -> Any:
+        """The host's own nights (not re-judgements) of complete runs, before a time."""
+        own = sa.and_(NODES.c.host == host, NODES.c.rejudges.is_(None), RUNS.c.complete)
+        return own if before is None else sa.and_(own, NIGHT < before)
+
+    def host_history(
+        self,
+        host: str,
+        limit: int,
+        before: float | None = None,
+        starts: Iterable[float] = (),
+        first: int = 0,
+    ) -> list[dict[str, Any]]:
+        """The host's last `limit` complete nights before `before`, and the `first` nights
+        after each time in `starts` (where a baseline began: a reference formed long ago is
+        still there), newest first, each as one sample: its night, the node's verdict, driver
+        and firmware, the regressions reported for it, its GPUs' identities and every measured
+        value."""
+        query = (
             sa.select(
                 RUNS.c.id,
                 RUNS.c.uid,
-                RUNS.c.started_at,
+                NIGHT.label("night"),
                 NODES.c.verdict,
                 NODES.c.driver,
                 NODES.c.firmware,
             )
             .join(NODES, NODES.c.run_id == RUNS.c.id)
-            .where(NODES.c.host == host, RUNS.c.complete)
-            .order_by(RUNS.c.started_at.desc(), RUNS.c.id.desc())
-            .limit(limit)
+            .where(self._own_nights(host, before))
         )
+        rows = self._read(query.order_by(NIGHT.desc(), RUNS.c.id.desc()).limit(limit))
+        for start in sorted(set(starts)):
+            rows += self._read(query.where(NIGHT > start).order_by(NIGHT, RUNS.c.id).limit(first))
         samples: dict[int, dict[str, Any]] = {}
-        for row in runs:
+        for row in sorted(rows, key=lambda r: (r.night, r.id), reverse=True):
             samples[row.id] = {
                 "run": row.uid,
-                "at": row.started_at,
+                "at": row.night,
                 "verdict": row.verdict,
                 "driver": row.driver,
                 "firmware": json.loads(row.firmware) if row.firmware else {},
+                "regressions": 0,
                 "gpus": {},
                 "node": {},
                 "gpu": {},
@@ -343,6 +419,14 @@ class Store:
         if not samples:
             return []
         ids = list(samples)
+        by_night = {sample["at"]: sample for sample in samples.values()}
+        for row in self._read(
+            sa.select(NIGHT.label("night"), sa.func.count(REGRESSIONS.c.id).label("found"))
+            .select_from(_regressions_of_nights())
+            .where(REGRESSIONS.c.host == host, NIGHT.in_(list(by_night)))
+            .group_by(NIGHT)
+        ):
+            by_night[row.night]["regressions"] = int(row.found)
         for row in self._read(sa.select(GPUS).where(GPUS.c.host == host, GPUS.c.run_id.in_(ids))):
             samples[row.run_id]["gpus"][str(row.idx)] = {
                 "uuid": row.uuid,
@@ -364,32 +448,100 @@ class Store:
                 sample["gpu"].setdefault(str(row.gpu), {})[row.metric] = row.value
         return list(samples.values())
 
+    def identities(
+        self, host: str, before: float | None
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """When each identity of the host was last seen before a time: its driver and
+        firmware (JSON, as stored), and each GPU's serial, UUID and VBIOS (`first`, `last`)."""
+        own = self._own_nights(host, before)
+        nodes = self._read(
+            sa.select(NODES.c.driver, NODES.c.firmware, sa.func.max(NIGHT).label("last"))
+            .join(RUNS, NODES.c.run_id == RUNS.c.id)
+            .where(own)
+            .group_by(NODES.c.driver, NODES.c.firmware)
+        )
+        gpus = self._read(
+            sa.select(
+                GPUS.c.serial,
+                GPUS.c.uuid,
+                GPUS.c.vbios,
+                sa.func.min(NIGHT).label("first"),
+                sa.func.max(NIGHT).label("last"),
+            )
+            .select_from(
+                GPUS.join(
+                    NODES, sa.and_(NODES.c.run_id == GPUS.c.run_id, NODES.c.host == GPUS.c.host)
+                ).join(RUNS, NODES.c.run_id == RUNS.c.id)
+            )
+            .where(own)
+            .group_by(GPUS.c.serial, GPUS.c.uuid, GPUS.c.vbios)
+        )
+        return [dict(row._mapping) for row in nodes], [dict(row._mapping) for row in gpus]
+
+    def pins(self, host: str, before: float | None = None) -> list[dict[str, Any]]:
+        """The host's pins (made before a time), oldest first."""
+        query = sa.select(PINS).where(PINS.c.host == host).order_by(PINS.c.at, PINS.c.id)
+        if before is not None:
+            query = query.where(PINS.c.at < before)
+        return [dict(row._mapping) for row in self._read(query)]
+
+    def night(self, host: str, at: float) -> dict[str, Any] | None:
+        """The host's night at `at` if a complete run judged it already: that run and the
+        regressions reported for the night by it and by every re-judgement since."""
+        first = self._read(
+            sa.select(RUNS.c.uid)
+            .join(NODES, NODES.c.run_id == RUNS.c.id)
+            .where(self._own_nights(host, None), NODES.c.collected_at == at)
+            .order_by(RUNS.c.id)
+            .limit(1)
+        )
+        if not first:
+            return None
+        reported = self._read(
+            sa.select(REGRESSIONS.c.check, REGRESSIONS.c.gpu, REGRESSIONS.c.metric)
+            .select_from(_regressions_of_nights())
+            .where(REGRESSIONS.c.host == host, NODES.c.collected_at == at, RUNS.c.complete)
+        )
+        return {"run": first[0].uid, "reported": [dict(row._mapping) for row in reported]}
+
+    def latest_gpus(self, host: str) -> dict[int, dict[str, Any]]:
+        """The host's GPUs in its latest night, by index: UUID and serial."""
+        latest = self._read(
+            sa.select(RUNS.c.id)
+            .join(NODES, NODES.c.run_id == RUNS.c.id)
+            .where(self._own_nights(host, None))
+            .order_by(NIGHT.desc(), RUNS.c.id.desc())
+            .limit(1)
+        )
+        if not latest:
+            return {}
+        rows = self._read(sa.select(GPUS).where(GPUS.c.run_id == latest[0].id, GPUS.c.host == host))
+        return {row.idx: {"uuid": row.uuid, "serial": row.serial} for row in rows}
+
     def last_states(self, hosts: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """Per host, its latest complete run: when, its verdict and what failed then."""
+        """Per host, its latest night of a complete run: when, its verdict and what failed."""
         wanted = sorted(set(hosts))
         found: dict[str, dict[str, Any]] = {}
         for start in range(0, len(wanted), 500):  # bounded IN lists
             chunk = wanted[start : start + 500]
+            own = sa.and_(NODES.c.rejudges.is_(None), RUNS.c.complete)
             latest = (
-                sa.select(NODES.c.host, sa.func.max(RUNS.c.started_at).label("at"))
+                sa.select(NODES.c.host, sa.func.max(NIGHT).label("at"))
                 .join(RUNS, NODES.c.run_id == RUNS.c.id)
-                .where(NODES.c.host.in_(chunk), RUNS.c.complete)
+                .where(NODES.c.host.in_(chunk), own)
                 .group_by(NODES.c.host)
                 .subquery()
             )
             rows = self._read(
-                sa.select(NODES.c.host, NODES.c.verdict, RUNS.c.id, RUNS.c.started_at)
+                sa.select(NODES.c.host, NODES.c.verdict, RUNS.c.id, NIGHT.label("night"))
                 .join(RUNS, NODES.c.run_id == RUNS.c.id)
-                .join(
-                    latest,
-                    sa.and_(latest.c.host == NODES.c.host, latest.c.at == RUNS.c.started_at),
-                )
-                .where(RUNS.c.complete)
+                .join(latest, sa.and_(latest.c.host == NODES.c.host, latest.c.at == NIGHT))
+                .where(own)
             )
             for row in rows:
                 found[row.host] = {
                     "run_id": row.id,
-                    "at": row.started_at,
+                    "at": row.night,
                     "verdict": row.verdict,
                     "failed": set(),
                 }
@@ -415,12 +567,12 @@ class Store:
         since: float | None = None,
         among: Iterable[str] | None = None,
     ) -> list[dict[str, Any]]:
-        """Measured values over time, oldest first: run time, host, GPU (index and serial),
-        metric and value, filtered by any of host, GPU index, metric (a `*` glob, or `among`
-        these names) and time."""
+        """Measured values over time, oldest first: the night (`started_at`: its facts'
+        collection time), run, host, GPU (index and serial), metric and value, filtered by any
+        of host, GPU index, metric (a `*` glob, or `among` these names) and time."""
         query = (
             sa.select(
-                RUNS.c.started_at,
+                NIGHT.label("started_at"),
                 RUNS.c.uid,
                 MEASUREMENTS.c.host,
                 MEASUREMENTS.c.gpu,
@@ -429,6 +581,10 @@ class Store:
                 MEASUREMENTS.c.value,
             )
             .join(RUNS, MEASUREMENTS.c.run_id == RUNS.c.id)
+            .join(
+                NODES,
+                sa.and_(NODES.c.run_id == RUNS.c.id, NODES.c.host == MEASUREMENTS.c.host),
+            )
             .where(RUNS.c.complete)
         )
         if host is not None:
@@ -439,34 +595,44 @@ class Store:
             pattern = metric.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             query = query.where(MEASUREMENTS.c.metric.like(pattern.replace("*", "%"), escape="\\"))
         if since is not None:
-            query = query.where(RUNS.c.started_at >= since)
+            query = query.where(NIGHT >= since)
         if among is not None:
             query = query.where(MEASUREMENTS.c.metric.in_(list(among)))
         query = query.order_by(
-            RUNS.c.started_at, MEASUREMENTS.c.host, MEASUREMENTS.c.gpu, MEASUREMENTS.c.metric
+            NIGHT, MEASUREMENTS.c.host, MEASUREMENTS.c.gpu, MEASUREMENTS.c.metric
         )
         return [dict(row._mapping) for row in self._read(query)]
 
     def runs(self, since: float | None = None) -> list[dict[str, Any]]:
-        """Every run (complete or not) since a time, oldest first, with its node verdicts and
-        regression count."""
+        """Every run (complete or not) since a time, oldest first, with its node verdicts,
+        regressions and the nights it judged again (host -> night)."""
         query = sa.select(RUNS).order_by(RUNS.c.started_at)
         if since is not None:
             query = query.where(RUNS.c.started_at >= since)
         found = {
-            row.id: {**row._mapping, "nodes": {}, "regressions": []} for row in self._read(query)
+            row.id: {**row._mapping, "nodes": {}, "regressions": [], "rejudged": {}}
+            for row in self._read(query)
         }
         if not found:
             return []
         ids = list(found)
         for row in self._read(sa.select(NODES).where(NODES.c.run_id.in_(ids))):
             found[row.run_id]["nodes"][row.host] = row.verdict
+            if row.rejudges is not None:
+                found[row.run_id]["rejudged"][row.host] = row.collected_at
         for row in self._read(sa.select(REGRESSIONS).where(REGRESSIONS.c.run_id.in_(ids))):
             entry = dict(row._mapping)
             for key in ("baseline", "value"):
                 entry[key] = json.loads(entry[key]) if entry[key] is not None else None
             found[row.run_id]["regressions"].append(entry)
         return list(found.values())
+
+
+def _regressions_of_nights() -> Any:
+    """Regressions joined with their host's row of their run (its night) and the run."""
+    return REGRESSIONS.join(
+        NODES, sa.and_(NODES.c.run_id == REGRESSIONS.c.run_id, NODES.c.host == REGRESSIONS.c.host)
+    ).join(RUNS, RUNS.c.id == NODES.c.run_id)
 
 
 def _first_line(exc: BaseException) -> str:

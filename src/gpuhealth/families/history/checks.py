@@ -1,11 +1,17 @@
 """Regression checks: each node and GPU against its own past runs (metrics.py has the rules).
 
-The `history` section holds the host's recent complete runs from the store, newest first:
-`{"store", "policy": "fail" | "warn", "now": epoch, "runs": [sample, ...]}`, where a sample is
-`{"run", "at", "verdict", "driver", "firmware", "gpus": {index: {uuid, serial, vbios}},
-"node": {metric: value}, "gpu": {index: {metric: value}}}` (gpuhealth.history.store), or
-`{"skipped": reason}` without a store. A regression FAILs (WARNs with `--regressions warn`)
-and lists itself in the result's `regressions`; an identity change is a note.
+The `history` section holds the host's complete nights before this one from the store,
+newest first: `{"store", "policy": "fail" | "warn", "now": this night (epoch), "runs": [sample,
+...], "pins": {"node": epoch | None, "gpus": {serial: epoch}}, "rejudging": {"run",
+"reported": [{check, gpu, metric}]} (only when this night was judged before)}`, where a sample
+is `{"run", "at", "verdict", "driver", "firmware", "regressions": count, "gpus": {index: {uuid,
+serial, vbios}}, "node": {metric: value}, "gpu": {index: {metric: value}}}`
+(gpuhealth.history.store), or `{"skipped": reason}` without a store. A regression FAILs (WARNs
+with `--regressions warn`) and lists itself in the result's `regressions`; an identity change
+is a note, and so is a regression already reported for a night judged again.
+
+A night with a regression reported never enters a baseline, whatever the policy: a warned
+step must stay a regression, not become the new normal.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ CHECKS = CheckSet("history")
 Sample = dict[str, Any]
 # One earlier value of a metric: (run time, the run's values, the run counts for baselines).
 Past = list[tuple[float, Values, bool]]
+# The share of a trend window's pairs of runs that must move the slope's way (Kendall's tau
+# 0.5: three pairs in four): noise as large as the slope gives a slope, not a direction.
+TREND_AGREEMENT = 0.5
 
 
 def when(epoch: float) -> str:
@@ -51,9 +60,15 @@ class Judgement:
     judged: int = 0
     notes: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
+    # (check, gpu, metric) already reported for this night (it is judged again)
+    reported: set[tuple[str, int | None, str]] = field(default_factory=set)
 
     def regressed(self, m: Metric, name: str, baseline: Any, value: Any, text: str) -> None:
-        """Record one regression of metric `name` (the table entry `m`)."""
+        """Record one regression of metric `name` (the table entry `m`), or a note when it was
+        reported for this night already."""
+        if (self.check, self.gpu, name) in self.reported:
+            self.notes.append(f"already reported for this night: {text}")
+            return
         self.regressions.append(
             {
                 "check": self.check,
@@ -99,14 +114,35 @@ def _history(node: NodeView, needed: bool = False) -> tuple[dict[str, Any], list
 
 
 def _now(record: dict[str, Any]) -> float:
-    """The time the rules judge at: the section's `now` (the run's), else the clock's."""
+    """The time the rules judge at: the section's `now` (this night's), else the clock's."""
     return float(record.get("now") or time.time())
 
 
+def _judgement(record: dict[str, Any], label: str, gpu: int | None, check: str) -> Judgement:
+    """A subject's judgement, knowing what was reported for this night if it is judged again."""
+    again = record.get("rejudging")
+    out = Judgement(label, gpu, check)
+    if isinstance(again, dict):
+        out.reported = {(r["check"], r["gpu"], r["metric"]) for r in again.get("reported") or []}
+    return out
+
+
+def _rejudging(record: dict[str, Any]) -> list[str]:
+    """The note that this night was judged before (its regressions are not reported twice)."""
+    again = record.get("rejudging")
+    if not isinstance(again, dict):
+        return []
+    return [
+        f"the night of {when(_now(record))} judged again (first by run {again.get('run')}): "
+        "what was reported for it then is not reported twice"
+    ]
+
+
 def _entry(sample: Sample, values: Values) -> tuple[float, Values, bool]:
-    """One earlier run's values, as a Past holds them (a PASS or WARN run counts for
-    baselines)."""
-    return float(sample["at"]), values, sample.get("verdict") in ("PASS", "WARN")
+    """One earlier run's values, as a Past holds them: a PASS or WARN night with no
+    regression reported counts for baselines."""
+    good = sample.get("verdict") in ("PASS", "WARN") and not sample.get("regressions")
+    return float(sample["at"]), values, good
 
 
 def judge_counter(
@@ -162,6 +198,18 @@ def judge_counter(
         )
 
 
+def _beyond(m: Metric, value: float, base: float, limit: float) -> str | None:
+    """How far `value` is past `base` the rule's way, when more than `limit` (else None)."""
+    unit = f" {m.unit}" if m.unit else ""
+    if m.rule == "drop" and value < base * (1 - limit / 100):
+        return f"{100 * (base - value) / base:.1f}% below"
+    if m.rule == "rise" and value > base + limit:
+        return f"{_num(value - base)}{unit} above"
+    if m.rule == "rise_pct" and base > 0 and value > base * (1 + limit / 100):
+        return f"{100 * (value - base) / base:.1f}% above"
+    return None
+
+
 def judge_drift(
     m: Metric,
     name: str,
@@ -171,45 +219,103 @@ def judge_drift(
     limit: float,
     out: Judgement,
 ) -> None:
-    """A drop, rise or rise_pct rule: `value` against the median of the last good runs."""
-    values = [v[name] for _, v, good in past if good and name in v][: lim.history_baseline_runs]
-    if len(values) < lim.history_min_runs:
+    """A drop, rise or rise_pct rule: `value` against the median of the last good runs (the
+    rolling baseline), then the median of the first ones (the reference, which a slow decay
+    cannot drag along), then the trend of the last ones."""
+    goods = [(at, v[name]) for at, v, good in past if good and name in v]
+    if len(goods) < lim.history_min_runs:
         out.unjudged.append(
-            f"{m.what}: a baseline needs {lim.history_min_runs} good runs, has {len(values)}"
+            f"{m.what}: a baseline needs {lim.history_min_runs} good runs, has {len(goods)}"
         )
         return
     out.judged += 1
-    base = statistics.median(values)
     unit = f" {m.unit}" if m.unit else ""
-    of = f"its baseline {_num(base)}{unit} (median of {len(values)} good runs)"
-    if m.rule == "drop" and value < base * (1 - limit / 100):
-        fell = 100 * (base - value) / base
-        out.regressed(
-            m,
-            name,
-            base,
-            value,
-            f"{m.what} {_num(value)}{unit} is {fell:.1f}% below {of}; more than "
-            f"{_num(limit)}% is a regression",
+    more = f"more than {_num(limit)}{'%' if m.rule != 'rise' else unit} is a regression"
+    rolling = [v for _, v in goods[: lim.history_baseline_runs]]
+    base = statistics.median(rolling)
+    far = _beyond(m, value, base, limit)
+    if far:
+        of = f"its baseline {_num(base)}{unit} (median of {len(rolling)} good runs)"
+        out.regressed(m, name, base, value, f"{m.what} {_num(value)}{unit} is {far} {of}; {more}")
+        return
+    if lim.history_reference_runs is not None:
+        first = goods[-lim.history_reference_runs :]
+        reference = statistics.median(v for _, v in first)
+        far = _beyond(m, value, reference, limit)
+        if far:
+            of = (
+                f"its reference {_num(reference)}{unit} (median of the first {len(first)} good "
+                f"runs, from {when(first[-1][0])})"
+            )
+            text = f"{m.what} {_num(value)}{unit} is {far} {of}; {more}"
+            out.regressed(m, name, reference, value, text)
+            return
+    slope = getattr(lim, m.trend_key) if m.trend_key else None
+    if slope is not None:
+        judge_trend(m, name, value, [v for _, v in goods], lim, float(slope), out)
+
+
+def theil_sen(points: list[float]) -> tuple[float, float]:
+    """The Theil-Sen slope of points in run order (the median of every pair's slope) and
+    Kendall's tau (the share of pairs rising minus the share falling).
+
+    Why Theil-Sen, not a one-sided CUSUM: its limit is a slope people can read and set per
+    profile (% or C per run); a single bad night moves it little (it ignores up to 29 % of
+    outliers); and it is a pure function of the window, where a CUSUM's sum depends on where
+    it started and was last reset, which pruning, pins and re-judged nights would change.
+    Kendall's tau comes from the same pairs and gates it (TREND_AGREEMENT): run-to-run noise
+    as large as the slope gives a slope but no consistent direction."""
+    slopes: list[float] = []
+    for i, first in enumerate(points):
+        for j in range(i + 1, len(points)):
+            slopes.append((points[j] - first) / (j - i))
+    if not slopes:
+        return 0.0, 0.0
+    tau = (sum(1 for s in slopes if s > 0) - sum(1 for s in slopes if s < 0)) / len(slopes)
+    return statistics.median(slopes), tau
+
+
+def judge_trend(
+    m: Metric,
+    name: str,
+    value: float,
+    goods: list[float],
+    lim: HistoryLimits,
+    limit: float,
+    out: Judgement,
+) -> None:
+    """A steady drift the rule's way over this run and the last good ones (newest first in
+    `goods`), at least `limit` per run (% of the window's median level, or the unit for
+    `rise`), before the level itself crosses its limit."""
+    earlier = goods[: lim.history_trend_runs - 1]
+    if len(earlier) < lim.history_trend_min_runs:
+        out.unjudged.append(
+            f"{m.what} trend: needs {lim.history_trend_min_runs} earlier good runs, has "
+            f"{len(earlier)}"
         )
-    elif m.rule == "rise" and value > base + limit:
+        return
+    points = [*reversed(earlier), value]
+    slope, tau = theil_sen(points)
+    way = -1.0 if m.rule == "drop" else 1.0
+    level = statistics.median(points)
+    if m.rule == "rise":
+        rate, unit = way * slope, f" {m.unit}"
+    elif level > 0:
+        rate, unit = 100 * way * slope / level, "%"
+    else:
+        return
+    if rate >= limit and way * tau >= TREND_AGREEMENT:
+        unit_of = f" {m.unit}" if m.unit else ""
+        moves = "falls" if m.rule == "drop" else "rises"
+        agree = round(100 * (1 + way * tau) / 2)
         out.regressed(
             m,
             name,
-            base,
+            points[0],
             value,
-            f"{m.what} {_num(value)}{unit} is {_num(value - base)}{unit} above {of}; more than "
-            f"{_num(limit)}{unit} is a regression",
-        )
-    elif m.rule == "rise_pct" and base > 0 and value > base * (1 + limit / 100):
-        rose = 100 * (value - base) / base
-        out.regressed(
-            m,
-            name,
-            base,
-            value,
-            f"{m.what} {_num(value)}{unit} is {rose:.1f}% above {of}; more than "
-            f"{_num(limit)}% is a regression",
+            f"{m.what} {moves} steadily: {rate:.1f}{unit} a run over the last {len(points)} good "
+            f"runs ({_num(points[0])} -> {_num(value)}{unit_of}; Theil-Sen slope, {agree}% of "
+            f"pairs of runs agree); {_num(limit)}{unit} a run or more is a regression",
         )
 
 
@@ -277,9 +383,26 @@ def _same_epoch(node: NodeView) -> Callable[[Sample], bool]:
     )
 
 
-def _gpu_past(runs: list[Sample], node: NodeView, key: str, vbios: Any, until_change: bool) -> Past:
+def _pinned(record: dict[str, Any], key: str | None = None) -> float | None:
+    """When the node (with `key`: the node or that GPU) was last pinned, if it was."""
+    pins = record.get("pins")
+    if not isinstance(pins, dict):
+        return None
+    found = [pins.get("node"), (pins.get("gpus") or {}).get(key) if key else None]
+    return max((float(at) for at in found if at is not None), default=None)
+
+
+def _gpu_past(
+    runs: list[Sample],
+    node: NodeView,
+    key: str,
+    vbios: Any,
+    until_change: bool,
+    pinned: float | None = None,
+) -> Past:
     """This GPU's earlier values, newest first; with `until_change`, only since its VBIOS or
-    the node's driver or firmware last changed (a drift baseline restarts there)."""
+    the node's driver or firmware last changed, or it was `pinned` (a drift baseline restarts
+    there)."""
     past: Past = []
     same = _same_epoch(node)
     for sample in runs:
@@ -290,14 +413,20 @@ def _gpu_past(runs: list[Sample], node: NodeView, key: str, vbios: Any, until_ch
             seen = (sample.get("gpus") or {}).get(index, {}).get("vbios")
             if not same(sample) or (vbios and seen and seen != vbios):
                 break
+            if pinned is not None and float(sample["at"]) <= pinned:
+                break
         past.append(_entry(sample, (sample.get("gpu") or {}).get(index, {})))
     return past
 
 
-def _node_past(runs: list[Sample], node: NodeView, until_change: bool) -> Past:
+def _node_past(
+    runs: list[Sample], node: NodeView, until_change: bool, pinned: float | None = None
+) -> Past:
     """The node's earlier values, newest first; with `until_change`, only since its driver or
-    firmware last changed."""
-    kept = takewhile(_same_epoch(node), runs) if until_change else runs
+    firmware last changed or it was `pinned`."""
+    same = _same_epoch(node)
+    after = (lambda s: float(s["at"]) > pinned) if pinned is not None else (lambda s: True)
+    kept = takewhile(lambda s: same(s) and after(s), runs) if until_change else runs
     return [_entry(sample, sample.get("node") or {}) for sample in kept]
 
 
@@ -319,7 +448,8 @@ def _judge_gpu_values(
     drifts = {n: v for n, v in current.items() if n not in counters}
     vbios = gpu.get("vbios_version")
     judge_values(counters, _gpu_past(runs, node, key, vbios, False), lim, now, out)
-    judge_values(drifts, _gpu_past(runs, node, key, vbios, True), lim, now, out)
+    pinned = _pinned(record, key)
+    judge_values(drifts, _gpu_past(runs, node, key, vbios, True, pinned), lim, now, out)
 
 
 @CHECKS.gpu("gpu_regression", "regression", severity="normal", section="history", in_use=True)
@@ -328,9 +458,9 @@ def gpu_regression(node: NodeView, gpu: dict[str, Any]) -> Result:
     its own baseline."""
     record, runs = _history(node)
     index = gpu["index"]
-    out = Judgement(gpu_label(node.host, index, gpu), index, "gpu_regression")
+    out = _judgement(record, gpu_label(node.host, index, gpu), index, "gpu_regression")
     key = metrics.gpu_key(gpu)
-    out.notes = _gpu_notes(runs, gpu, key)
+    out.notes = _rejudging(record) + _gpu_notes(runs, gpu, key)
     _judge_gpu_values(node, gpu, record, runs, metrics.gpu_values(gpu, node.in_use), out)
     mine = sum(1 for sample in runs if key is not None and _index_of(sample, key) is not None)
     return out.result(str(record.get("policy")), mine)
@@ -390,8 +520,8 @@ def _judge_xids(node: NodeView, runs: list[Sample], out: Judgement) -> None:
 def node_regression(node: NodeView) -> Result:
     """No new fatal XID since the last run; no InfiniBand error counter grew past its rate."""
     record, runs = _history(node, needed=True)
-    out = Judgement(node.host, None, "node_regression")
-    out.notes = _node_notes(runs, node)
+    out = _judgement(record, node.host, None, "node_regression")
+    out.notes = _rejudging(record) + _node_notes(runs, node)
     _judge_xids(node, runs, out)
     judge_values(
         metrics.node_values(node.facts),
@@ -415,24 +545,25 @@ def node_regression(node: NodeView) -> Result:
 def load_regression(node: NodeView) -> Result:
     """Single-node NCCL busbw near the node's baseline; no GPU newly fails DCGM's diagnostic."""
     record, runs = _history(node, needed=True)
-    out = Judgement(node.host, None, "load_regression")
+    out = _judgement(record, node.host, None, "load_regression")
+    out.notes = _rejudging(record)
     nccl = node.facts.get("nccl")
     reference = node.limits.get(NcclLimits).nccl_reference_size_bytes
     busbw = metrics.nccl_values(nccl, reference) if isinstance(nccl, dict) else {}
     if isinstance(nccl, dict) and not busbw:
         out.unjudged.append("busbw: not measured this run (see nccl_bandwidth)")
-    judge_values(
-        busbw, _node_past(runs, node, True), node.limits.get(HistoryLimits), _now(record), out
-    )
+    past = _node_past(runs, node, True, _pinned(record))
+    judge_values(busbw, past, node.limits.get(HistoryLimits), _now(record), out)
     dcgm = node.facts.get("dcgm")
     per_gpu = metrics.dcgm_values(dcgm) if isinstance(dcgm, dict) else {}
     for index, values in sorted(per_gpu.items()):
         gpu = node.gpu(index)
         if gpu is None:
             continue
-        mine = Judgement(gpu_label(node.host, index, gpu), index, "load_regression")
+        mine = _judgement(record, gpu_label(node.host, index, gpu), index, "load_regression")
         _judge_gpu_values(node, gpu, record, runs, values, mine)
         out.regressions += mine.regressions
+        out.notes += mine.notes
         out.advice += [a for a in mine.advice if a not in out.advice]
         # What a GPU could not be judged on stays said: a PASS covers only what was judged.
         out.unjudged += [text for text in mine.unjudged if text not in out.unjudged]

@@ -11,8 +11,12 @@ Rules:
   reboot or driver reload) means it was reset: its growth is then the value itself.
 - rate: a counter that may grow slowly; growth since the last run per day, a gap shorter than a
   day counted as a day (a run repeated in the morning has a day's allowance, not a minute's).
-- drop / rise / rise_pct: a measurement against the median of the last good runs (node PASS or
-  WARN) since the GPU's, driver's and firmware's identity last changed.
+- drop / rise / rise_pct: a measurement against two baselines of the good runs (node PASS or
+  WARN, and no regression reported for the night) since the GPU's, driver's and firmware's
+  identity last changed or the node (or GPU) was pinned: the rolling one, the median of the
+  last good runs, and the reference, the median of the first ones, which stays put so that a
+  slow decay cannot drag it down; and a trend (`trend_key`): a steady slope over the last good
+  runs (checks.trend says how it is measured).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class Metric:
     resets: bool = False  # a since-boot counter: lower than last time means reset
     saturates: int | None = None  # a counter that sticks at this value (IB PortCounters)
     advice: str = ""
+    trend_key: str = ""  # drop / rise / rise_pct: the profile key of the trend rule's slope
 
 
 _MEMORY = (
@@ -128,6 +133,7 @@ METRICS = (
         "rise",
         "regression_idle_temp_rise_c",
         "C",
+        trend_key="regression_idle_temp_trend_c_per_run",
         advice="check the node's cooling (fans, airflow, liquid loop) and the GPU's thermal "
         "interface",
     ),
@@ -137,6 +143,7 @@ METRICS = (
         "rise_pct",
         "regression_idle_power_rise_pct",
         "W",
+        trend_key="regression_idle_power_trend_pct_per_run",
         advice="an idle GPU drawing more than it did: look for stray processes or clocks "
         "pinned high, then have the GPU's power delivery inspected",
     ),
@@ -174,6 +181,7 @@ METRICS = (
         "drop",
         "regression_busbw_drop_pct",
         "GB/s",
+        trend_key="regression_busbw_trend_pct_per_run",
         advice="compare with the node's earlier runs (gpuhealth history HOST --metric "
         "nccl_busbw_gbps); check NVLink, clocks and throttling; drain the node if it stays "
         "low",
@@ -304,6 +312,12 @@ def _epoch(text: Any) -> float | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return when.timestamp()
+
+
+def collected_at(facts: dict[str, Any]) -> float | None:
+    """When the facts were collected (their `collected_at`, epoch seconds): the time a host's
+    night is dated by. None when they do not say (pasted evidence, older documents)."""
+    return _epoch(facts.get("collected_at"))
 
 
 def fatal_xid_groups(facts: dict[str, Any]) -> list[dict[str, Any]] | None:
