@@ -255,7 +255,8 @@ def test_a_dcgm_result_with_no_earlier_value_is_said_not_judged(nights):
     found = nights.judge("load_regression", now, T0 + 3 * DAY)
     assert found.status is Status.PASS  # the busbw was judged ...
     # ... and the GPU's DCGM results, first seen now, are named as not judged.
-    assert "not judged: failed DCGM diagnostic results: no earlier value" in found.text
+    assert "; not judged: " in found.text
+    assert "; failed DCGM diagnostic results: no earlier value" in found.text
 
 
 def test_a_driver_change_restarts_the_baselines_and_is_named(nights):
@@ -551,5 +552,10 @@ def test_the_history_command_shows_plots_and_prunes(nights, tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert main(["history", "prune", "--keep", "1d", "--history", store]) == 0
     assert "pruned 3 runs older than 1 days" in capsys.readouterr().out  # T0 is years ago
-    assert main(["history", "--history", str(tmp_path / "none" / "x.sqlite")]) == 0
+    missing = tmp_path / "none" / "x.sqlite"
+    assert main(["history", "--history", str(missing)]) == 2  # reading never creates a store
+    assert f"no run store at {missing}" in capsys.readouterr().out
+    assert not missing.parent.exists()
+    Store("empty.sqlite", tmp_path).close()
+    assert main(["history", "--history", str(tmp_path / "empty.sqlite")]) == 0
     assert "no measurements" in capsys.readouterr().out
