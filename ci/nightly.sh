@@ -35,6 +35,10 @@ fi
 state="${GPUHEALTH_STATE:-/var/lib/gpuhealth}"
 group="${GPUHEALTH_GROUP:-gpu_nodes}"
 history="${GPUHEALTH_HISTORY:-$state/history.sqlite}"
+# The state folder's own store starts on the first night; a GPUHEALTH_HISTORY file must exist
+# (a mistyped path is a usage error, not an empty history that skips every regression test).
+create=()
+if [ -z "${GPUHEALTH_HISTORY:-}" ]; then create=(--history-create); fi
 level="${GPUHEALTH_LEVEL:-standard}"
 workers="${GPUHEALTH_WORKERS:-8}"
 
@@ -72,7 +76,8 @@ fi
 trap - ERR
 rc=0
 .venv/bin/pytest --hosts="ansible://$group?ansible_inventory=$GPUHEALTH_INVENTORY" \
-  --level "$level" -n "$workers" --history "$history" ${extra[@]+"${extra[@]}"} || rc=$?
+  --level "$level" -n "$workers" --history "$history" ${create[@]+"${create[@]}"} \
+  ${extra[@]+"${extra[@]}"} || rc=$?
 echo "gpuhealth: pytest exited with $rc"
 
 # From here on every step runs, whatever the one before it did.

@@ -82,11 +82,11 @@ def run_suite(
         f"--alluredir={reports / 'allure-results'}",
         f"--verdicts={reports / 'verdicts.json'}",
         f"--save-facts={reports / 'facts'}",
-        # Each run's own store: runs of other tests are no history of this one's nodes.
+        # Each run's own store, new: runs of other tests are no history of this one's nodes.
         *(
             []
             if any(a.startswith(("--history", "--no-history")) for a in args)
-            else [f"--history={reports / 'history.sqlite'}"]
+            else [f"--history={reports / 'history.sqlite'}", "--history-create"]
         ),
         *args,
     ]

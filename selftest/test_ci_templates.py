@@ -488,7 +488,7 @@ def test_nightly_runs_the_suite_then_every_report_step_and_keeps_its_status(nigh
     assert logged(nightly) == [
         ["make", "venv"],
         ["pytest", "--hosts=ansible://gpu_nodes?ansible_inventory=/etc/gpuhealth/inventory"]
-        + ["--level", "standard", "-n", "8", "--history", f"{store}"]
+        + ["--level", "standard", "-n", "8", "--history", f"{store}", "--history-create"]
         + ["--regressions", "warn", "-m", "not nccl"],
         ["make", "report", f"ALLURE_HISTORY={nightly.state}/allure-history.jsonl"],
         ["gpuhealth", "history", "--history", f"{store}", "--since", "7d"],
