@@ -310,6 +310,22 @@ def test_only_a_pass_removes_the_taint(verdict):
     assert all("spec" not in p.body for p in change.patches)
 
 
+def test_a_pass_judged_in_use_clears_nothing_an_idle_rule_may_have_set():
+    """Faults only were judged: an unhealthy GPU label, the taint and a False condition stay
+    until an idle PASS."""
+    tainted = node("n", taints=[OURS])
+    tainted["metadata"]["labels"] = gpu_labels({3: "unhealthy"})
+    tainted["status"] = {"conditions": [{"type": k8s.CONDITION, "status": "False"}]}
+    busy = runs.NodeState("n", "PASS", ["ok"], [], [], 8, "in-use")
+    assert k8s.wanted_labels(busy, tainted["metadata"]["labels"])[k8s.gpu_label(3)] == "unhealthy"
+    change = k8s.plan_node(busy, "n", tainted, True, RUN_AT)
+    assert all("spec" not in p.body for p in change.patches)
+    assert f"condition {k8s.CONDITION}=False kept: PASS judged in use" in change.notes
+    assert any(note.endswith("kept: PASS judged in use (fault rules only)") for note in change.notes)
+    idle = runs.NodeState("n", "PASS", ["ok"], [], [], 8, "idle")
+    assert k8s.wanted_labels(idle, tainted["metadata"]["labels"])[k8s.gpu_label(3)] == "healthy"
+
+
 def test_without_a_slot_count_no_gpu_is_called_healthy():
     labels = gpu_labels({0: "healthy", 1: "healthy", 2: "unhealthy"})
     failed = [{"check": "ecc_errors", "gpu": 1}]

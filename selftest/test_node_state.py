@@ -218,12 +218,14 @@ def test_a_busy_gpu_still_fails_its_faults():
     assert judge("throttle", facts, 4, gpu_count=8).status.value == "PASS"
 
 
-def test_a_busy_link_s_speed_is_not_judged_but_its_width_is():
+def test_a_busy_link_below_its_speed_warns_as_it_does_on_an_idle_node():
+    """The load-based rule is the same in use: a busy GPU's link below its top speed warns
+    (a WARN takes no node out of service); a link trained to fewer lanes fails."""
     facts = _busy(healthy_h100())
-    facts["gpus"][2]["pcie"].update(gen_current=1, width_current=16)
-    assert judge("pcie_link", facts, 2, gpu_count=8).status.value == "PASS"
+    facts["gpus"][2]["pcie"].update(gen_current=3, width_current=16)
+    assert judge("pcie_link", facts, 2, gpu_count=8).status.value == "WARN"
     facts["gpus"][2]["pcie"]["width_current"] = 8
-    assert judge("pcie_link", facts, 2, gpu_count=8).status.value in ("FAIL", "WARN")
+    assert judge("pcie_link", facts, 2, gpu_count=8).status.value == "FAIL"
 
 
 def test_a_job_s_host_memory_is_not_a_fault_of_a_busy_node():
@@ -339,16 +341,16 @@ def test_a_busy_node_s_readings_never_enter_an_idle_baseline():
     assert names and not names & {"idle_temperature_c", "idle_power_w"}
 
 
-def test_the_inventory_s_node_state_beats_node_check_s_own_default(fake_nvml_lib, tmp_path):
-    """node-check judges auto unless told: an inventory that says idle is heard, and
-    --node-state beats both."""
+def test_node_check_s_state_is_its_own_not_the_inventory_s(fake_nvml_lib, tmp_path):
+    """The inventory's node_state is the suite's (a nightly run's idle): slurmd's, NPD's and
+    ft_launcher's programs judge in their own state (auto, in-use) unless told otherwise."""
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(
-        "all:\n  hosts:\n    gpu-node-1:\n      gpu_profile: h100-sxm\n      node_state: in-use\n"
+        "all:\n  hosts:\n    gpu-node-1:\n      gpu_profile: h100-sxm\n      node_state: idle\n"
     )
-    conf = write_scenario("healthy-h100x8", tmp_path / "healthy.conf")
+    conf = write_scenario("busy-h100x8", tmp_path / "busy.conf")
 
-    def state_of(*args: str) -> str:
+    def state_of(*args: str) -> tuple[str, str]:
         done = subprocess.run(
             [GPUHEALTH, "node-check", "--host", "gpu-node-1", "--json", *args],
             env=nvml_env(fake_nvml_lib.parent, conf),
@@ -356,8 +358,47 @@ def test_the_inventory_s_node_state_beats_node_check_s_own_default(fake_nvml_lib
             text=True,
             timeout=120,
         )
-        return json.loads(done.stdout)["node_state_source"]
+        doc = json.loads(done.stdout)
+        return doc["node_state"], doc["node_state_source"]
 
-    assert state_of().startswith("no compute process")  # auto, the GPUs decide
-    assert state_of("--inventory", str(inventory)) == "requested"
-    assert state_of("--inventory", str(inventory), "--node-state", "auto").startswith("no compute")
+    assert state_of("--inventory", str(inventory))[0] == "in-use"  # auto saw the job
+    assert state_of("--inventory", str(inventory), "--node-state", "in-use") == (
+        "in-use",
+        "requested",
+    )
+
+
+def test_node_check_never_resumes_its_node_on_a_pass_judged_in_use(fake_nvml_lib, tmp_path):
+    """slurmd's HealthCheckProgram on a node gpuhealth drained (an idle rule) that now runs a
+    job: the busy node passes its faults, and stays drained; judged idle, it is resumed."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "scontrol.log"
+    bin_dir.mkdir()
+    (bin_dir / "sinfo").write_text('#!/bin/sh\necho "n1|draining|gpuhealth: FAIL n1: stray"\n')
+    (bin_dir / "scontrol").write_text(
+        f'#!/bin/sh\necho "$*" >> {log}\n'
+        '[ "$1 $2" = "show node" ] && echo "NodeName=n1 State=MIXED+DRAIN Weight=1"\nexit 0\n'
+    )
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    conf = write_scenario("busy-h100x8", tmp_path / "busy.conf")
+    env = nvml_env(fake_nvml_lib.parent, conf)
+    env.update(PATH=f"{bin_dir}:{env.get('PATH', '')}", SLURMD_NODENAME="n1")
+
+    def node_check(*args: str) -> str:
+        done = subprocess.run(
+            [GPUHEALTH, "node-check", "--host", "gpu-node-1", *H100, "--slurm", "--apply", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    busy = node_check()  # auto: Slurm says MIXED, a job runs
+    assert "in-use: Slurm: node n1 is MIXED+DRAIN" in busy, busy
+    assert "PASS judged in use (fault rules only), not resumed" in busy, busy
+    assert "State=RESUME" not in log.read_text()
+    write_scenario("healthy-h100x8", conf)  # the job is gone, its memory freed
+    node_check("--node-state", "idle")
+    assert "update NodeName=n1 State=RESUME" in log.read_text()

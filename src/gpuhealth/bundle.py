@@ -329,7 +329,7 @@ def collect(
             "profile": chosen.profile,
             "expected_gpus": chosen.expected_gpus,
             "inventory": chosen.inventory,
-            "node_state": chosen.node_state or chosen.default_node_state,
+            "node_state": chosen.node_state,
         },
         "members": collector.entries,
         "not_collected": collector.not_collected,

@@ -45,9 +45,8 @@ class Selection:
     profile_dir: Path | None = None
     root: str = "/"
     timeout_s: float = DEFAULT_TIMEOUT_S
-    # idle, in-use or auto; None: the inventory's node_state, else `default_node_state`.
+    # idle, in-use or auto; None: the inventory's node_state (the suite's, default idle).
     node_state: str | None = None
-    default_node_state: str | None = None
     slurm_node: str | None = None  # this node's Slurm name, for auto (default: slurmd's)
     kubelet_socket: str = kubelet.SOCKET  # the kubelet's pod-resources API, for auto
 
@@ -63,7 +62,6 @@ class Selection:
             "profile": self.profile,
             "expected_gpus": self.expected_gpus,
             "overrides": {"node_state": self.node_state} if self.node_state else {},
-            "defaults": {"node_state": self.default_node_state} if self.default_node_state else {},
         }
         return inventory_target(self.name(), profiles, cli)
 

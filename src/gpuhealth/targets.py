@@ -56,8 +56,7 @@ def _target(
     **where: Any,
 ) -> Target:
     """A host with its validated expectations; `where` says how to reach it (or its facts)."""
-    # A command's own defaults (node-check judges auto) give way to the inventory's vars.
-    merged = {**(cli.get("defaults") or {}), **host_vars}
+    merged = dict(host_vars)
     if cli.get("profile") and "gpu_profile" not in merged:
         merged["gpu_profile"] = cli["profile"]
     if cli.get("expected_gpus") is not None:

@@ -152,6 +152,8 @@ def wanted_labels(state: runs.NodeState, labels: dict[str, str]) -> dict[str, st
             value = UNHEALTHY
         elif index not in slots:
             value = None
+        elif judged and not state.vouches_for_idle and current.get(index) == UNHEALTHY:
+            value = UNHEALTHY  # a PASS judged in use does not clear what an idle rule found
         elif judged:
             value = HEALTHY if state.gpu_slots is not None else None
         else:
@@ -224,6 +226,10 @@ def _plan_condition(
     change in words, what stays."""
     status, reason = CONDITIONS[state.verdict]
     old = next((c for c in conditions if c.get("type") == CONDITION), None)
+    if old and old.get("status") == "False" and status == "True" and not state.vouches_for_idle:
+        # Faults only were judged: what an idle rule found stands until an idle PASS.
+        stays = {**old, "lastHeartbeatTime": at}
+        return stays, [], [f"condition {CONDITION}=False kept: {state.verdict} judged in use"]
     since = old.get("lastTransitionTime") if old and old.get("status") == status else None
     condition = {
         "type": CONDITION,

@@ -44,14 +44,16 @@ def add_selection(parser: argparse.ArgumentParser, node_state: str) -> None:
         default=DEFAULT_TIMEOUT_S,
         help=f"seconds the probe may take (default {DEFAULT_TIMEOUT_S:g})",
     )
+    # Not the inventory's node_state: that is the suite's (a nightly run's idle). Where this
+    # command runs (slurmd, NPD, ft_launcher) the state is the command's to know.
     parser.add_argument(
         "--node-state",
         choices=NODE_STATE_CHOICES,
+        default=node_state,
         help="idle: every rule; in-use: a job owns the GPUs, fault rules only; auto: Slurm's "
         "view of this node, the kubelet's pods, else compute processes on the GPUs decide "
-        f"(default: the inventory's node_state, else {node_state})",
+        f"(default {node_state}; the inventory's node_state is the suite's, not this one's)",
     )
-    parser.set_defaults(default_node_state=node_state)
     parser.add_argument(
         "--kubelet-socket",
         default=kubelet.SOCKET,
@@ -76,7 +78,6 @@ def selection(args: argparse.Namespace) -> Selection:
         root=args.root,
         timeout_s=args.timeout,
         node_state=args.node_state,
-        default_node_state=args.default_node_state,
         slurm_node=getattr(args, "slurm_node", None) or os.environ.get("SLURMD_NODENAME"),
         kubelet_socket=args.kubelet_socket,
     )

@@ -214,7 +214,15 @@ def act_on_self(
     """node-check --slurm: drain this node on FAIL, resume it on PASS if gpuhealth drained
     it; 0, or 1 when Slurm could not be read or changed (each step said through `say`)."""
     verdict = result.verdict
-    state = runs.NodeState(name, verdict.verdict, verdict.reasons, verdict.actions, verdict.failed)
+    state = runs.NodeState(
+        name,
+        verdict.verdict,
+        verdict.reasons,
+        verdict.actions,
+        verdict.failed,
+        verdict.gpu_slots,
+        verdict.node_state,
+    )
     run = runs.Run(Path("node-check"), "now", True, {name: state})
     try:
         known = query([name])

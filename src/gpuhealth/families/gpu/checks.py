@@ -542,8 +542,6 @@ def pcie_link(node: NodeView, gpu: dict[str, Any]) -> Result:
             return warned(f"PCIe link x{width} of x{width_max}", Action.INSPECT, _RESEAT)
     if gen is None or gen_max is None:  # the pcie record holds no reasons: a failed read
         return failed(f"PCIe link generation not reported (gen{gen} of gen{gen_max})", Action.RERUN)
-    if gen < gen_max and node.in_use:  # a job's load decides the speed: only idle links judged
-        return passed(f"PCIe gen{gen} of gen{gen_max} x{width} (node in use: speed not judged)")
     if gen < gen_max:
         load = _load(gpu)
         if load is None:

@@ -111,7 +111,7 @@ def collect(ctx: "Context") -> Dict[str, Any]:
     wait_s = float(ctx.setting("reclaim_wait_s"))
     left = ctx.left_s()
     capped = False
-    if left is not None and left - DEADLINE_MARGIN_S < wait_s:
+    if wait_s > 0 and left is not None and left - DEADLINE_MARGIN_S < wait_s:
         capped, wait_s = True, max(0.0, round(left - DEADLINE_MARGIN_S, 1))
     section: Dict[str, Any] = {
         "threshold_mib": threshold,
