@@ -114,3 +114,19 @@ def test_an_unreadable_bus_id_leaves_the_candidates_named():
     text = judge("gpu_count", facts).text
     listed_lost = facts["pci"]["nvidia_gpus"][3]
     assert f"the driver lists 7: 1 of {listed_lost}, {gone} lost" in text
+
+
+def test_a_container_s_share_of_the_gpus_is_not_a_lost_gpu():
+    """In a pod or a job that holds 4 of 8 GPUs NVML lists 4 and sysfs shows 8; the process's
+    /dev/nvidiaN nodes are that share, so the other 4 are not called lost. On a host (8 device
+    nodes) the same gap is a GPU the driver lost."""
+    from selftest.facts import healthy_h100, judge
+
+    facts = healthy_h100()
+    facts["gpus"], facts["gpu_count"] = facts["gpus"][:4], 4
+    facts["pci"]["device_nodes"] = 4
+    share = judge("gpu_count", facts, profile=None)  # the API asks without a count
+    assert share.status.value == "SKIP" and "lost" not in share.result.message, share.text
+    facts["pci"]["device_nodes"] = 8
+    host = judge("gpu_count", facts, profile=None)
+    assert host.status.value == "FAIL" and "lost (on the bus, not listed" in host.result.message

@@ -438,6 +438,7 @@ class Pci(_Record):
     """The `pci` section: the NVIDIA GPUs on the bus, driver or not."""
 
     nvidia_gpus: list[StrictStr] | None = None
+    device_nodes: Count | None = None
     unavailable: Reasons = {}
 
 

@@ -108,7 +108,10 @@ def collect(config: Dict[str, Any]) -> Dict[str, Any]:
         "duration_s": None,
         "host": node.host_info(root),
         "errors": errors,
-        "pci": {"nvidia_gpus": node.nvidia_pci_gpus(root)},
+        "pci": {
+            "nvidia_gpus": node.nvidia_pci_gpus(root),
+            "device_nodes": node.nvidia_device_nodes(root),
+        },
     }
     ctx = Context(
         root,

@@ -76,6 +76,16 @@ def nvidia_pci_gpus(root: str) -> Optional[List[str]]:
     return found
 
 
+def nvidia_device_nodes(root: str) -> Optional[int]:
+    """How many GPU device nodes (/dev/nvidia0, /dev/nvidia1...) this process sees: all of the
+    node's on a host, a container's or a job's share of them inside one (None: /dev unread)."""
+    try:
+        names = os.listdir(under(root, "/dev"))
+    except OSError:
+        return None
+    return sum(1 for name in names if re.match(r"nvidia[0-9]{1,4}$", name))
+
+
 def proc_driver_version(root: str) -> Optional[str]:
     """The loaded kernel module's version from /proc/driver/nvidia/version, if any ("" when
     the file exists but names no version)."""

@@ -138,6 +138,11 @@ def _unlisted(node: NodeView) -> str | None:
     gone = len(pci) - listed
     if gone <= 0:
         return None
+    nodes = (node.facts.get("pci") or {}).get("device_nodes")
+    if isinstance(nodes, int) and nodes == listed:
+        # The probe saw as many /dev/nvidiaN as NVML lists: a container's or a job's share of
+        # the node's GPUs (sysfs shows them all), not GPUs the driver lost.
+        return None
     read = {str(g.get("pci_bus_id")).upper() for g in node.facts.get("gpus") or []}
     absent = [str(bus) for bus in pci if str(bus).upper() not in read]
     # A listed GPU whose bus id could not be read leaves more candidates than GPUs gone.
