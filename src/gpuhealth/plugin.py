@@ -401,9 +401,7 @@ def pytest_configure(config: pytest.Config) -> None:
         read_only=opt.history_read_only,
     )
     if not _is_worker(config):
-        problem = store_usage_error(
-            history.spec, here, opt.history_create, opt.history_read_only
-        )
+        problem = store_usage_error(history.spec, here, opt.history_create, opt.history_read_only)
         if problem:
             raise pytest.UsageError(f"gpuhealth: {problem}")
         history.store()  # the schema migrated once, before any worker reads the store
