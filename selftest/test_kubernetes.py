@@ -321,7 +321,9 @@ def test_a_pass_judged_in_use_clears_nothing_an_idle_rule_may_have_set():
     change = k8s.plan_node(busy, "n", tainted, True, RUN_AT)
     assert all("spec" not in p.body for p in change.patches)
     assert f"condition {k8s.CONDITION}=False kept: PASS judged in use" in change.notes
-    assert any(note.endswith("kept: PASS judged in use (fault rules only)") for note in change.notes)
+    assert any(
+        note.endswith("kept: PASS judged in use (fault rules only)") for note in change.notes
+    )
     idle = runs.NodeState("n", "PASS", ["ok"], [], [], 8, "idle")
     assert k8s.wanted_labels(idle, tainted["metadata"]["labels"])[k8s.gpu_label(3)] == "healthy"
 
