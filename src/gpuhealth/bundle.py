@@ -422,8 +422,11 @@ _READ = (MANIFEST, FACTS, FACTS_SMI, VERDICT, UNAME)
 
 
 def is_bundle(path: Path) -> bool:
-    """A gzip tar whose MANIFEST.json says it is a gpuhealth bundle."""
+    """A gzip tar whose MANIFEST.json says it is a gpuhealth bundle (a regular file: opening a
+    FIFO or a device to look would block)."""
     try:
+        if not path.is_file():
+            return False
         with path.open("rb") as handle:
             if handle.read(2) != _GZIP_MAGIC:
                 return False
