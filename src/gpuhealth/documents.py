@@ -498,7 +498,8 @@ def validated(doc: Any, where: str) -> dict[str, Any]:
     version = doc.get("schema_version")
     if version not in (2, SCHEMA_VERSION):
         raise FactsError(
-            f"{where}: schema_version {version!r}, this gpuhealth reads 2 and {SCHEMA_VERSION}"
+            f"{where}: schema_version {repr(version)[:40]}, this gpuhealth reads 2 and "
+            f"{SCHEMA_VERSION}"
         )
     doc = upgrade(doc)
     damage = _unstorable(doc)
