@@ -717,3 +717,13 @@ def test_an_older_table_inserted_in_a_log_does_not_hide_its_rows(tmp_path, capsy
     assert cli.main(["triage", str(path), "--profile", "h100-sxm", "--json"]) == 1
     found = {f["check"]: f["status"] for f in json.loads(capsys.readouterr().out)["findings"]}
     assert (found["nccl_bandwidth"], found["nccl_data_integrity"]) == ("FAIL", "SKIP")
+
+
+def test_a_reasons_map_that_is_not_one_is_an_unread_value_not_a_crash():
+    """Found by the facts-document campaign: a GB200 fabric health record whose `unavailable`
+    was `true` crashed nvlink_fabric_health; an unexplained null is a failed read."""
+    from gpuhealth.facts import reason
+
+    for broken in (True, [], "x", 3):
+        assert reason({"unavailable": broken}, "summary") == {"kind": "error", "detail": "no value"}
+    assert reason(["not", "a", "record"], "summary")["kind"] == "error"  # type: ignore[arg-type]

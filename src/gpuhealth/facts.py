@@ -58,8 +58,10 @@ def mark_unavailable(record: Record, key: str, kind: str, detail: str) -> None:
 
 
 def reason(record: Optional[Record], key: str) -> "Unavailable":
-    """Why record[key] is null; a null nobody explained is treated as an error."""
-    found = ((record or {}).get("unavailable") or {}).get(key)
+    """Why record[key] is null; a null nobody explained (or explained in a map that is not
+    one: saved facts can hold anything) is treated as an error."""
+    reasons = record.get("unavailable") if isinstance(record, dict) else None
+    found = reasons.get(key) if isinstance(reasons, dict) else None
     if isinstance(found, dict) and found.get("kind") in UNAVAILABLE_KINDS:
         return {"kind": found["kind"], "detail": str(found.get("detail") or "no detail")}
     return {"kind": "error", "detail": "no value"}
