@@ -36,9 +36,9 @@ def test_bundle_runs_without_gpuhealth_installed(bare_python):
 
 def test_command_is_one_argument_with_room_to_grow():
     """sshd runs the command as one `sh -c` argument, and Linux caps one argument at
-    MAX_ARG_STRLEN (128 KiB). The modules travel compacted (66 KB in November 2026, 98 KB
-    before); this trips at three quarters of the limit, while there is still room: then send
-    the payload on stdin instead of in the command."""
+    MAX_ARG_STRLEN (128 KiB). The modules travel compacted (77.5 KB at the end of November
+    2026; 98 KB before compacting); this trips at three quarters of the limit, while there is
+    still room: then send the payload on stdin instead of in the command."""
     command = probe_command(probe_config())
     assert len(command) < 0.75 * 128 * 1024, f"probe command {len(command)} bytes"
 
