@@ -714,6 +714,34 @@ def served(roles_run):
 
 
 @on_the_bed
+def test_a_bundle_taken_on_a_bed_node_is_judged_again_here(roles_run, tmp_path):
+    """`gpuhealth bundle` as the agent role installed it on n2 (fake NVML, its ECC and reset
+    faults): the archive comes back and `gpuhealth triage` here gives node-check's verdict."""
+    bed = roles_run.bed
+    archive = "/tmp/n2-bundle.tar.gz"
+    _on(
+        bed,
+        "n2",
+        "/opt/gpuhealth/bin/gpuhealth bundle --inventory /etc/gpuhealth/inventory.yml --host n2 "
+        f"--timeout 90 -o {archive}",
+    )
+    local = tmp_path / "n2-bundle.tar.gz"
+    local.write_bytes(base64.b64decode(_on(bed, "n2", f"base64 -w0 {archive}")))
+    done = subprocess.run(
+        [GPUHEALTH, "triage", str(local), "--profile", "h100-sxm", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    doc = json.loads(done.stdout)
+    assert (done.returncode, doc["verdict"]) == (1, "FAIL"), done.stdout[-2000:] + done.stderr
+    found = {(f["check"], f["gpu"]) for f in doc["findings"] if f["status"] == "FAIL"}
+    assert {("ecc_errors", 3), ("recovery_action", 5)} <= found, found
+    # the two probe paths (NVML, the stand-in nvidia-smi's XML) were compared
+    assert [f for f in doc["findings"] if f["check"] == "probe_paths"], doc["findings"][-3:]
+
+
+@on_the_bed
 def test_the_health_service_runs_from_the_agent_role_s_unit(served):
     for node, command in served.commands.items():
         assert command.startswith("/opt/gpuhealth/bin/gpuhealth serve --socket /var/run/nvhcd.sock")
