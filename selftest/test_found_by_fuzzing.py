@@ -727,3 +727,14 @@ def test_a_reasons_map_that_is_not_one_is_an_unread_value_not_a_crash():
     for broken in (True, [], "x", 3):
         assert reason({"unavailable": broken}, "summary") == {"kind": "error", "detail": "no value"}
     assert reason(["not", "a", "record"], "summary")["kind"] == "error"  # type: ignore[arg-type]
+
+
+def test_the_reclaim_wait_s_bookkeeping_of_saved_facts_may_be_null():
+    """Found by review: validated saved facts with a null wait_s, poll_s or waited_s crashed
+    memory_reclaim while it wrote its message; the memory is still judged."""
+    for key in ("wait_s", "poll_s", "waited_s"):
+        facts = healthy_h100()
+        facts["memory_reclaim"].update({key: None, "wait_capped": True})
+        facts["memory_reclaim"]["gpus"][0]["used_mib"] = 20480
+        result = judge("memory_reclaim", facts, 0)
+        assert result.status.value == "FAIL" and "? s" in result.result.message, key

@@ -11,6 +11,12 @@ from gpuhealth.results import Action, Result, failed, passed, skipped
 CHECKS = CheckSet("reclaim")
 
 
+def _seconds(value: Any) -> str:
+    """A duration of the wait for a message ("?" where saved facts hold no number: it is only
+    reported, the memory is what is judged)."""
+    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "?"
+
+
 @CHECKS.gpu(
     "memory_reclaim", "processes", severity="normal", section="memory_reclaim", in_use=False
 )
@@ -27,9 +33,10 @@ def memory_reclaim(node: NodeView, gpu: dict[str, Any]) -> Result:
     total = record.get("total_mib")
     of_total = f" of {total} MiB" if total is not None else ""
     initial = record.get("initial_used_mib")
-    waited = f"{polled['waited_s']:g} s ({polled['polls']} polls every {polled['poll_s']:g} s)"
+    seconds = {key: _seconds(polled.get(key)) for key in ("waited_s", "poll_s", "wait_s")}
+    waited = f"{seconds['waited_s']} s ({polled.get('polls')} polls every {seconds['poll_s']} s)"
     if polled.get("wait_capped"):
-        waited += f", the wait cut to {polled['wait_s']:g} s by the probe's deadline"
+        waited += f", the wait cut to {seconds['wait_s']} s by the probe's deadline"
     if used > tolerance:
         if polled.get("error"):
             return failed(
@@ -58,6 +65,6 @@ def memory_reclaim(node: NodeView, gpu: dict[str, Any]) -> Result:
     if initial is not None and initial > tolerance:
         return passed(
             f"{used} MiB{of_total} in use after {waited}; {initial} MiB were freed within the "
-            f"{polled['wait_s']:g} s wait"
+            f"{seconds['wait_s']} s wait"
         )
     return passed(f"{used} MiB{of_total} in use (tolerance {tolerance} MiB), no wait needed")
