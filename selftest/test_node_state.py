@@ -402,3 +402,25 @@ def test_node_check_never_resumes_its_node_on_a_pass_judged_in_use(fake_nvml_lib
     write_scenario("healthy-h100x8", conf)  # the job is gone, its memory freed
     node_check("--node-state", "idle")
     assert "update NodeName=n1 State=RESUME" in log.read_text()
+
+
+def test_node_check_s_slurm_calls_stay_inside_slurmd_s_60_s(fake_nvml_lib, tmp_path):
+    """The probe may take --timeout (40 s) and 5 s to be killed; a Slurm that does not answer
+    costs node-check 5 s a call, not 20, so the HealthCheckProgram ends before slurmd kills it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sinfo").write_text("#!/bin/sh\nexec sleep 30\n")
+    (bin_dir / "sinfo").chmod(0o755)
+    env = nvml_env(fake_nvml_lib.parent, write_scenario("healthy-h100x8", tmp_path / "h.conf"))
+    env.update(PATH=f"{bin_dir}:{env.get('PATH', '')}", SLURMD_NODENAME="n1")
+    started = time.monotonic()
+    done = subprocess.run(
+        [GPUHEALTH, "node-check", "--host", "n1", *H100, "--node-state", "idle", "--slurm"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 1 and "sinfo -h -N: no answer in 5 s" in done.stdout, done.stdout
+    assert took < 20, took

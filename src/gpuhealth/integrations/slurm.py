@@ -26,6 +26,9 @@ PREFIX = "gpuhealth:"
 # people: the headline first, cut to a length that stays on one line of either.
 REASON_MAX = 200
 COMMAND_TIMEOUT_S = 20
+# node-check as slurmd's HealthCheckProgram: its probe may take --timeout (40 s) and 5 s more
+# to be killed; two Slurm calls of 5 s each keep the whole inside the 60 s slurmd allows.
+SELF_TIMEOUT_S = 5
 # sinfo's long state names that mean the node takes no new work.
 DRAINED = ("drain", "drained", "draining", "down", "fail", "failing")
 BAD = ("FAIL", "UNREACHABLE")  # the verdicts that drain a node
@@ -83,15 +86,13 @@ def reason(headline: str) -> str:
     return reporting.one_line(f"{PREFIX} {text}", REASON_MAX)
 
 
-def _run(argv: list[str]) -> str:
+def _run(argv: list[str], timeout_s: float = COMMAND_TIMEOUT_S) -> str:
     if shutil.which(argv[0]) is None:
         raise SlurmError(f"{argv[0]} not found (install Slurm's client commands)")
     try:
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False
-        )
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
-        raise SlurmError(f"{' '.join(argv[:3])}: no answer in {COMMAND_TIMEOUT_S} s") from None
+        raise SlurmError(f"{' '.join(argv[:3])}: no answer in {timeout_s:g} s") from None
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip()[-500:]
         raise SlurmError(f"{' '.join(argv[:3])} exited {done.returncode}: {said}")
@@ -111,12 +112,14 @@ def parse_sinfo(text: str) -> dict[str, SlurmNode]:
     return nodes
 
 
-def query(names: list[str] | None = None) -> dict[str, SlurmNode]:
+def query(
+    names: list[str] | None = None, timeout_s: float = COMMAND_TIMEOUT_S
+) -> dict[str, SlurmNode]:
     """The nodes Slurm knows (all, or those named), with state and reason."""
     argv = ["sinfo", "-h", "-N", "-o", "%N|%T|%E"]
     if names:
         argv += ["-n", ",".join(names)]
-    return parse_sinfo(_run(argv))
+    return parse_sinfo(_run(argv, timeout_s))
 
 
 def node_name(host: str, host_vars: dict[str, Any]) -> str:
@@ -173,12 +176,16 @@ def plan(
     return changes, notes
 
 
-def apply(changes: list[Change], say: Callable[[str], None] = print) -> int:
+def apply(
+    changes: list[Change],
+    say: Callable[[str], None] = print,
+    timeout_s: float = COMMAND_TIMEOUT_S,
+) -> int:
     """Run each change; how many failed (each failure said, the rest still made)."""
     failed = 0
     for change in changes:
         try:
-            _run(change.argv())
+            _run(change.argv(), timeout_s)
             say(f"done: {change.shown()}")
         except SlurmError as exc:
             failed += 1
@@ -225,7 +232,7 @@ def act_on_self(
     )
     run = runs.Run(Path("node-check"), "now", True, {name: state})
     try:
-        known = query([name])
+        known = query([name], SELF_TIMEOUT_S)
     except SlurmError as exc:
         say(f"slurm: {reporting.one_line(str(exc), 300)}")
         return 1
@@ -238,7 +245,7 @@ def act_on_self(
         for change in changes:
             say(f"slurm: would run: {change.shown()}")
         return 0
-    return 1 if apply(changes, lambda text: say(f"slurm: {text}")) else 0
+    return 1 if apply(changes, lambda text: say(f"slurm: {text}"), SELF_TIMEOUT_S) else 0
 
 
 def add_parser(targets: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
