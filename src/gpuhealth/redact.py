@@ -21,7 +21,9 @@ _VALUE = r"[^\s\"'<>\\]+"
 _WORD = (
     r"(?:token|secret|passw(?:or)?d|pwd|api[-_]?key|access[-_]?key|private[-_]?key|credentials?)"
 )
-_KEY = rf"[\w.-]*{_WORD}[\w.-]*"
+# Bounded on both sides of the word: two unbounded runs would backtrack against each other
+# (quadratic on a long line of word characters).
+_KEY = rf"[\w.-]{{0,64}}{_WORD}[\w.-]{{0,64}}"
 
 # Every pattern has three groups: what comes before the value (kept), the value (masked), and
 # what follows it (kept).
@@ -29,7 +31,10 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "private key",
         re.compile(
-            r"(-----BEGIN [A-Z ]*PRIVATE KEY-----)([\s\S]*?)(-----END [A-Z ]*PRIVATE KEY-----)"
+            # The body never runs past another "-----": a BEGIN without its END costs the text
+            # up to the next armour line, not the rest of the text.
+            r"(-----BEGIN [A-Z ]{0,32}PRIVATE KEY-----)((?:[^-]|-(?!----))*?)"
+            r"(-----END [A-Z ]{0,32}PRIVATE KEY-----)"
         ),
     ),
     # --token=x, --token x, -password=x (a dash that starts a word: not "non-token")
@@ -44,13 +49,17 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?i)(\bauthorization:\s*(?:bearer\s+|basic\s+)?|\bbearer\s+)([\w.~+/=-]{8,})()"
         ),
     ),
-    ("url credentials", re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s:/@\"'<>]+:)([^\s@/\"'<>]+)(@)")),
+    (
+        "url credentials",
+        re.compile(r"((?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,32}://[^\s:/@\"'<>]+:)([^\s@/\"'<>]+)(@)"),
+    ),
     ("aws access key id", re.compile(r"(\b)((?:AKIA|ASIA)[0-9A-Z]{16})(\b)")),
-    ("jwt", re.compile(r"(\b)(eyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]{8,})()")),
+    ("jwt", re.compile(r"()((?<![\w-])eyJ[\w-]{8,8192}\.[\w-]{8,8192}\.[\w-]{8,8192})()")),
     (
         "vendor token",
         re.compile(
-            r"(\b)(gh[pousr]_[A-Za-z0-9]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|hf_[A-Za-z0-9]{20,})()"
+            r"(\b)(gh[pousr]_[A-Za-z0-9]{20,255}|xox[abposr]-[A-Za-z0-9-]{10,255}"
+            r"|hf_[A-Za-z0-9]{20,255})()"
         ),
     ),
 )
