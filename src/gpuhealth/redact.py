@@ -54,12 +54,12 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(r"((?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,32}://[^\s:/@\"'<>]+:)([^\s@/\"'<>]+)(@)"),
     ),
     ("aws access key id", re.compile(r"(\b)((?:AKIA|ASIA)[0-9A-Z]{16})(\b)")),
-    ("jwt", re.compile(r"()((?<![\w-])eyJ[\w-]{8,8192}\.[\w-]{8,8192}\.[\w-]{8,8192})()")),
+    # Starts only where no word character precedes: a run of "eyJ-" is one start, not many.
+    ("jwt", re.compile(r"()((?<![\w-])eyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]{8,})()")),
     (
         "vendor token",
         re.compile(
-            r"(\b)(gh[pousr]_[A-Za-z0-9]{20,255}|xox[abposr]-[A-Za-z0-9-]{10,255}"
-            r"|hf_[A-Za-z0-9]{20,255})()"
+            r"(\b)(gh[pousr]_[A-Za-z0-9]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|hf_[A-Za-z0-9]{20,})()"
         ),
     ),
 )
