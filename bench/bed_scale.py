@@ -35,7 +35,6 @@ import json
 import os
 import platform
 import resource
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -257,7 +256,7 @@ class ProbeSize:
     host: str  # the host of the longest command
     node: int  # what the node's sshd hands to `sh -c`: one argument
     controller: int  # what testinfra hands to the controller's `/bin/sh -c` (ssh + quoted)
-    blob: int  # the compressed modules: python's last argument, inside that
+    stdin: int  # the compressed modules and config, written on the command's stdin
     ssh_argv: str  # the ssh command line testinfra builds (options included)
 
 
@@ -266,7 +265,7 @@ def probe_size(bed: bedlib.Bed) -> ProbeSize:
     own code (targets, limits, transport) and testinfra's ssh backend."""
     from gpuhealth.config import ProfileSet, resolve_limits
     from gpuhealth.targets import live_targets
-    from gpuhealth.transport import probe_command
+    from gpuhealth.transport import probe_call
 
     os.environ.update(bed.ansible_env())
     profiles = ProfileSet()
@@ -276,7 +275,8 @@ def probe_size(bed: bedlib.Bed) -> ProbeSize:
     ):
         limits = resolve_limits(target.expectations, profiles, None)
         config = {"root": "/", "expect": limits.values}
-        command = probe_command(config, target.python, float(limits.values["probe_timeout_s"]))
+        call = probe_call(config, target.python, float(limits.values["probe_timeout_s"]))
+        command = call.command
         ssh = target.host.backend.ansible_runner.get_host(target.name).backend
         cmd, args = ssh._build_ssh_command(command)
         sizes.append(
@@ -284,7 +284,7 @@ def probe_size(bed: bedlib.Bed) -> ProbeSize:
                 target.name,
                 len(command.encode()),
                 len(ssh.quote(" ".join(cmd), *args).encode()),
-                len(shlex.split(command)[-1]),
+                len(call.stdin.encode()),
                 ssh.quote(" ".join(cmd), *args[:-1], "PROBE"),
             )
         )
@@ -543,7 +543,7 @@ def main() -> int:
     print(
         f"probe command (the longest, {size.host}'s): {size.node} bytes as the node's "
         f"`sh -c` argument, {size.controller} as the controller's `/bin/sh -c` argument "
-        f"(testinfra runs ssh through a shell), the modules' blob {size.blob}; Linux "
+        f"(testinfra runs ssh through a shell), its stdin {size.stdin}; Linux "
         f"MAX_ARG_STRLEN {MAX_ARG_STRLEN} ({100 * size.controller / MAX_ARG_STRLEN:.0f}% used)"
     )
     print(f"testinfra's ssh command: {size.ssh_argv}")

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuhealth.transport import ProbeCall
+
 REPO = Path(__file__).resolve().parent.parent
 # The test being run (set by conftest.py), so that run_suite can insist on its marker.
 CURRENT: list[Any] = [None]
@@ -101,16 +103,23 @@ def run_suite(
     return SuiteRun(proc.returncode, proc.stdout + proc.stderr, reports)
 
 
-def shell(command: str, env: dict[str, str] | None = None, timeout: float = 60):
-    """Run a command line the way ssh runs it on a node: through /bin/sh, from /."""
+def shell(command: str, env: dict[str, str] | None = None, timeout: float = 60, stdin: str = ""):
+    """Run a command line the way ssh runs it on a node: through /bin/sh, from /, `stdin` on
+    its standard input."""
     return subprocess.run(
         ["/bin/sh", "-c", command],
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=timeout,
         env={**os.environ, **(env or {})},
         cwd="/",
     )
+
+
+def shell_probe(call: ProbeCall, env: dict[str, str] | None = None, timeout: float = 60):
+    """Run the shipped probe the way ssh runs it on a node: `shell` with its payload on stdin."""
+    return shell(call.command, env, timeout, stdin=call.stdin)
 
 
 def fake_tool(folder: Path, name: str, body: str) -> Path:

@@ -144,11 +144,12 @@ def test_the_new_family_is_probed_shipped_and_judged(tree, tmp_path):
     script = (
         "import json, subprocess, sys\n"
         "from gpuhealth.cli import probe_config\n"
-        "from gpuhealth.transport import node_modules, parse_output, probe_command\n"
+        "from gpuhealth.transport import node_modules, parse_output, probe_call\n"
         "assert 'gpuhealth.families.clock.parse_clocksource' in node_modules()[0]\n"
         f"config = probe_config(None, {str(tmp_path / 'node')!r})\n"
         "config['expect']['kernel_log_timeout_s'] = 1\n"
-        "out = subprocess.run(probe_command(config, sys.executable), shell=True,\n"
+        "call = probe_call(config, sys.executable)\n"
+        "out = subprocess.run(call.command, shell=True, input=call.stdin,\n"
         "                     capture_output=True, text=True).stdout\n"
         "print(json.dumps(parse_output(out)))\n"
     )

@@ -17,9 +17,9 @@ import pytest
 from gpuhealth.families.kernel import evidence
 from gpuhealth.families.kernel import parse_kernel_log as parser
 from gpuhealth.parsing import ParseError
-from gpuhealth.transport import parse_output, probe_command
+from gpuhealth.transport import parse_output, probe_call
 from selftest.facts import healthy_h100, judge, probe, probe_config
-from selftest.suite import fake_tool, run_suite, shell
+from selftest.suite import fake_tool, run_suite, shell_probe
 
 DATA = Path(__file__).parent / "data" / "dmesg"
 XID48 = DATA / "gpud_dmesg_xid48_63_94_peermem.log"
@@ -543,7 +543,7 @@ def test_shipped_probe_carries_the_sections(tmp_path, bare_python, node_root):
     fake_tool(tmp_path / "bin", "journalctl", f"cat {XID48}\n")
     env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
     config = probe_config(node_root, xid_window_h=0)
-    doc = parse_output(shell(probe_command(config, python=bare_python), env).stdout)
+    doc = parse_output(shell_probe(probe_call(config, python=bare_python), env).stdout)
     assert doc["kernel_log"]["source"] == "journalctl -k -o short-iso"
     assert {g["code"] for g in doc["kernel_log"]["counts"]} == {48, 63, 94, None}
     assert doc["fabric_manager"]["present"] is False

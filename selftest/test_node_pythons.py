@@ -19,10 +19,10 @@ from typing import Any
 import pynvml
 import pytest
 
-from gpuhealth.transport import node_modules, parse_output, probe_command
+from gpuhealth.transport import node_modules, parse_output, probe_call
 from selftest.facts import TREE, probe_config
 from selftest.fakenvml import load_scenario, nvml_env, write_scenario
-from selftest.suite import fake_tool, shell
+from selftest.suite import fake_tool, shell_probe
 
 SUPPORTED = [f"3.{minor}" for minor in range(6, 14)]
 NVIDIA_SMI = Path(__file__).parent / "fakenvml" / "nvidia_smi.py"
@@ -97,7 +97,7 @@ def probe_with(python: str, bed: dict[str, Any], bindings: bool) -> dict[str, An
     flags = "-S" if bindings else "-E -S"
     wrapper.write_text(f'#!/bin/sh\n{path}exec {python} {flags} "$@"\n')
     wrapper.chmod(0o755)
-    proc = shell(probe_command(probe_config(TREE), python=str(wrapper)), bed["env"])
+    proc = shell_probe(probe_call(probe_config(TREE), python=str(wrapper)), bed["env"])
     assert proc.returncode == 0, proc.stderr
     return parse_output(proc.stdout)
 

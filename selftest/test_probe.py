@@ -1,4 +1,4 @@
-"""The probe and its transport, run for real: bundled into one command, executed by a shell,
+"""The probe and its transport, run for real: bundled into one payload, executed by a shell,
 in an interpreter that has neither gpuhealth nor nvidia-ml-py installed."""
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ import pytest
 import testinfra
 
 from gpuhealth.facts import SCHEMA_VERSION
-from gpuhealth.transport import ProbeError, compact, parse_output, probe_command, run_probe
+from gpuhealth.transport import ProbeError, compact, parse_output, probe_call, run_probe
 from selftest.facts import judge, probe_config
 from selftest.fakenvml import load_scenario, nvml_env, write_scenario
-from selftest.suite import fake_tool, shell
+from selftest.suite import fake_tool, shell_probe
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 
 
 def test_bundle_runs_without_gpuhealth_installed(bare_python):
-    proc = shell(probe_command(probe_config(), python=bare_python))
+    proc = shell_probe(probe_call(probe_config(), python=bare_python))
     assert proc.returncode == 0, proc.stderr
     doc = parse_output(proc.stdout)
     assert doc["schema_version"] == SCHEMA_VERSION
@@ -32,15 +32,6 @@ def test_bundle_runs_without_gpuhealth_installed(bare_python):
     assert any(e["probe"] == "nvml" for e in doc["errors"])
     # families with no node side (nccl, dcgm's load test, history) are not shipped, not errors
     assert not [e for e in doc["errors"] if "cannot load the probe" in e["error"]], doc["errors"]
-
-
-def test_command_is_one_argument_with_room_to_grow():
-    """sshd runs the command as one `sh -c` argument, and Linux caps one argument at
-    MAX_ARG_STRLEN (128 KiB). The modules travel compacted (77.5 KB at the end of November
-    2026; 98 KB before compacting); this trips at three quarters of the limit, while there is
-    still room: then send the payload on stdin instead of in the command."""
-    command = probe_command(probe_config())
-    assert len(command) < 0.75 * 128 * 1024, f"probe command {len(command)} bytes"
 
 
 def test_compacting_keeps_the_code_and_its_strings():
@@ -69,7 +60,7 @@ def test_falls_back_to_nvidia_smi_xml(tmp_path, bare_python):
     )
     fake_tool(tmp_path / "bin", "nvidia-smi", body)
     env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
-    proc = shell(probe_command(probe_config(), python=bare_python), env)
+    proc = shell_probe(probe_call(probe_config(), python=bare_python), env)
     doc = parse_output(proc.stdout)
     assert doc["source"] == "nvidia-smi"
     assert doc["driver"]["version"] == "570.124.04"
@@ -82,7 +73,7 @@ def test_hung_nvidia_smi_is_killed_and_recorded(tmp_path, bare_python):
     fake_tool(tmp_path / "bin", "nvidia-smi", "sleep 600\n")
     env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
     started = time.monotonic()
-    proc = shell(probe_command(probe_config(nvidia_smi_timeout_s=1), python=bare_python), env)
+    proc = shell_probe(probe_call(probe_config(nvidia_smi_timeout_s=1), python=bare_python), env)
     assert time.monotonic() - started < 10
     doc = parse_output(proc.stdout)
     assert doc["source"] == "none"
@@ -92,7 +83,7 @@ def test_hung_nvidia_smi_is_killed_and_recorded(tmp_path, bare_python):
 def test_garbage_from_nvidia_smi_is_an_error_not_a_crash(tmp_path, bare_python):
     fake_tool(tmp_path / "bin", "nvidia-smi", "echo '<html>oops'\n")
     env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
-    doc = parse_output(shell(probe_command(probe_config(), python=bare_python), env).stdout)
+    doc = parse_output(shell_probe(probe_call(probe_config(), python=bare_python), env).stdout)
     assert doc["source"] == "none"
     assert any("unparsable -q -x output" in e["error"] for e in doc["errors"])
 
@@ -112,7 +103,7 @@ def test_reads_proc_and_sys_under_a_root_prefix(tmp_path, bare_python):
         dev.mkdir(parents=True)
         (dev / "vendor").write_text("0x10de\n")
         (dev / "class").write_text(klass + "\n")
-    doc = parse_output(shell(probe_command(probe_config(root), python=bare_python)).stdout)
+    doc = parse_output(shell_probe(probe_call(probe_config(root), python=bare_python)).stdout)
     assert doc["pci"]["nvidia_gpus"] == ["00000000:19:00.0", "00000000:3B:00.0"]
     assert doc["driver"]["loaded"] is True
     assert doc["driver"]["version"] == "570.86.15"
@@ -184,7 +175,7 @@ def test_nvidia_smi_fallback_reads_nvlink_state(tmp_path, bare_python, fake_nvml
         **nvml_env(fake_nvml_lib.parent, conf),
         "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
     }
-    doc = parse_output(shell(probe_command(probe_config(), python=bare_python), env).stdout)
+    doc = parse_output(shell_probe(probe_call(probe_config(), python=bare_python), env).stdout)
     assert doc["source"] == "nvidia-smi"
     links = doc["gpus"][2]["nvlink"]
     assert len(links) == 18 and [link["link"] for link in links if not link["up"]] == [5]

@@ -27,7 +27,7 @@ from gpuhealth.families.system import parse_numactl as numactl
 from gpuhealth.families.system import parse_proc as proc
 from gpuhealth.families.system import probe as host
 from gpuhealth.parsing import ParseError
-from gpuhealth.transport import parse_output, probe_command
+from gpuhealth.transport import parse_output, probe_call
 from selftest.facts import (
     PROFILES,
     healthy_h100,
@@ -338,9 +338,10 @@ def test_memlock_of_the_probe_process_through_the_shipped_bundle(limit, expected
     """The real bundle under `prlimit`, as a job started the same way would run."""
     if shutil.which("prlimit") is None:
         pytest.skip("prlimit (util-linux) not installed")
-    command = probe_command(probe_config(TREE), python=sys.executable)
+    call = probe_call(probe_config(TREE), python=sys.executable)
     run = subprocess.run(
-        ["prlimit", f"--memlock={limit}", "--", "/bin/sh", "-c", command],
+        ["prlimit", f"--memlock={limit}", "--", "/bin/sh", "-c", call.command],
+        input=call.stdin,
         capture_output=True,
         text=True,
         timeout=120,

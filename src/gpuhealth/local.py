@@ -27,7 +27,7 @@ from gpuhealth.facts import AUTO
 from gpuhealth.integrations import kubelet
 from gpuhealth.results import Action
 from gpuhealth.targets import Target, inventory_target
-from gpuhealth.transport import ProbeError, parse_output, probe_command
+from gpuhealth.transport import ProbeError, parse_output, probe_call
 
 # Slurm kills a HealthCheckProgram after 60 s and ft_launcher gives up after 60 s: stay well
 # inside both unless told otherwise.
@@ -126,16 +126,17 @@ class LocalVerdict:
 def run_local_probe(config: dict[str, Any], python: str, timeout_s: float) -> dict[str, Any]:
     """The facts document of this machine from the shipped probe, run as a child process in its
     own session: on the deadline the whole group is killed, whatever it was waiting for."""
-    command = probe_command(config, python, timeout_s)
+    call = probe_call(config, python, timeout_s)
     proc = subprocess.Popen(
-        ["/bin/sh", "-c", command],
+        ["/bin/sh", "-c", call.command],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
     try:
-        stdout, stderr = proc.communicate(timeout=timeout_s + 5)
+        stdout, stderr = proc.communicate(call.stdin, timeout=timeout_s + 5)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         try:

@@ -1,24 +1,28 @@
 """Ship the probe to a node and bring its facts document back, in one round trip.
 
-The probe is a package of several stdlib-only modules. They travel inside the command line as
-one compressed payload, and a few lines of bootstrap code serve them to `import` from memory on
-the node, so nothing is installed or written there.
+The probe is a package of several stdlib-only modules. They travel as one compressed payload on
+the command's standard input, and a few lines of bootstrap code in the command line read it and
+serve the modules to `import` from memory on the node, so nothing is installed or written there.
+The command line stays a few hundred bytes whatever the payload weighs: Linux caps one argument
+at 128 KiB (MAX_ARG_STRLEN), and sshd hands the whole command to the node's shell as one.
 """
 
 from __future__ import annotations
 
 import ast
 import base64
+import copy
 import importlib.util
 import io
 import json
 import math
 import shlex
+import subprocess
 import tokenize
 import zlib
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuhealth.deadline import DeadlineExceeded, within
 from gpuhealth.documents import FactsError, validated
@@ -26,7 +30,8 @@ from gpuhealth.families import NAMES
 
 _BOOTSTRAP = """\
 import base64, importlib.abc, importlib.util, json, os, sys, zlib
-b = json.loads(zlib.decompress(base64.b64decode(sys.argv[1])))
+b = json.loads(zlib.decompress(base64.b64decode(sys.stdin.buffer.readline())).decode())
+os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
 S, P = b["modules"], set(b["packages"])
 class L(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, name, path=None, target=None):
@@ -84,8 +89,8 @@ def _imports(tree: ast.AST) -> list[str]:
 
 def compact(source: str) -> str:
     """The module without its docstrings, comment lines and blank lines: the same code in a
-    third less of the command line (one argument is limited to 128 KiB on Linux). A body
-    that was only a docstring gets `pass`; strings that span lines are kept whole."""
+    third less of the payload each probe carries. A body that was only a docstring gets
+    `pass`; strings that span lines are kept whole."""
     tree = ast.parse(source)
     text = source.splitlines()
     drop: set[int] = set()
@@ -125,8 +130,7 @@ def node_modules() -> tuple[dict[str, str], list[str]]:
     """The modules that run on the node: the probe's core, every family's `probe.py`, and what
     they import (followed from their imports; `families.NAMES` says which families exist).
 
-    Only what the probe needs travels: the command line is limited (128 KiB for one argument
-    on Linux), and controller-side code has no business on the node.
+    Only what the probe needs travels: controller-side code has no business on the node.
     """
     sources: dict[str, str] = {}
     packages: list[str] = []
@@ -156,17 +160,27 @@ def _shipped() -> tuple[dict[str, str], list[str]]:
     return {name: compact(text) for name, text in modules.items()}, packages
 
 
-def probe_command(config: dict[str, Any], python: str = "python3", timeout_s: float = 120) -> str:
-    """The shell command that runs the probe on a node, bounded by `timeout` there too."""
+class ProbeCall(NamedTuple):
+    """How to run the probe on a node: a short shell command, and what to write on its stdin."""
+
+    command: str
+    stdin: str  # the compressed payload in base64, one line: it survives any text channel
+
+
+def probe_call(
+    config: dict[str, Any], python: str = "python3", timeout_s: float = 120
+) -> ProbeCall:
+    """The shell command that runs the probe on a node, bounded by `timeout` there too, and the
+    payload (modules and config) it reads from its standard input."""
     modules, packages = _shipped()
     # The probe knows its deadline, so no wait inside it (the memory reclaim) outlasts it.
     config = {**config, "deadline_s": timeout_s}
     payload = {"modules": modules, "packages": packages, "config": config}
     blob = base64.b64encode(zlib.compress(json.dumps(payload).encode(), 9)).decode()
-    return (
-        f"timeout -k 5 {math.ceil(timeout_s)} {shlex.quote(python)} -c {shlex.quote(_BOOTSTRAP)} "
-        f"{blob}"
+    command = (
+        f"timeout -k 5 {math.ceil(timeout_s)} {shlex.quote(python)} -c {shlex.quote(_BOOTSTRAP)}"
     )
+    return ProbeCall(command, blob + "\n")
 
 
 def parse_output(stdout: str) -> dict[str, Any]:
@@ -193,6 +207,67 @@ def _connection_error(exc: BaseException) -> str:
     return f"connection failed: {type(exc).__name__}: {exc}"[:600]
 
 
+# testinfra's backends whose `run` goes through `run_local` (a local process: the command
+# itself, or ssh with it), which passes its stdin on to the command.
+_LOCAL_PROCESS = ("local", "ssh", "safe-ssh")
+
+
+def _run_local_with_input(backend: Any, data: bytes, command: str, *args: str) -> Any:
+    """testinfra's `BaseBackend.run_local`, with `data` written on the command's stdin."""
+    cmd = backend.encode(backend.quote(command, *args))
+    proc = subprocess.Popen(
+        cmd, shell=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    stdout, stderr = proc.communicate(data)  # a command that exits unread is no error here
+    return backend.result(proc.returncode, cmd, stdout, stderr)
+
+
+def _run_paramiko(backend: Any, command: str, data: bytes) -> Any:
+    """testinfra's paramiko `run` on a channel of its connection, `data` sent as stdin (and no
+    terminal: a pty would echo the payload and cut it into lines)."""
+    cmd = backend.encode(backend.get_command(command))
+    channel = backend.client.get_transport().open_session()
+    channel.exec_command(cmd)
+    channel.sendall(data)
+    channel.shutdown_write()
+    stdout = b"".join(channel.makefile("rb"))
+    stderr = b"".join(channel.makefile_stderr("rb"))
+    return backend.result(channel.recv_exit_status(), cmd, stdout, stderr)
+
+
+def run_with_input(host: Any, command: str, data: str) -> Any:
+    """`host.run(command)` with `data` on the command's standard input, which testinfra's
+    `run` cannot do: one round trip over the host's own connection (ssh options, sudo and an
+    ansible:// host's connection settings included). Raises ProbeError for a connection that
+    cannot carry it."""
+    backend = host.backend
+    kind = backend.get_connection_type()
+    if kind == "ansible" and not backend.force_ansible:
+        # as testinfra's ansible backend runs a command: over the host it resolves to
+        inner = backend.ansible_runner.get_host(
+            backend.host,
+            ssh_config=backend.ssh_config,
+            ssh_identity_file=backend.ssh_identity_file,
+        )
+        if inner is not None:
+            return run_with_input(inner, backend.get_command(command), data)
+    elif kind == "paramiko":
+        return _run_paramiko(backend, command, data.encode())
+    elif kind in _LOCAL_PROCESS:
+        # A copy of the backend whose run_local feeds stdin; the host's own stays as it was.
+        feeding = copy.copy(backend)
+        feeding.run_local = lambda cmd, *args: _run_local_with_input(
+            backend, data.encode(), cmd, *args
+        )
+        return feeding.run(command)
+    raise ProbeError(
+        f"the probe's payload travels on standard input, which gpuhealth cannot send over "
+        f"testinfra's {kind!r} connection: use ssh://, paramiko://, local:// or ansible:// "
+        "with an ssh, paramiko or local connection",
+        unreachable=False,
+    )
+
+
 def run_probe(
     host: Any, config: dict[str, Any], python: str = "python3", timeout_s: float = 120
 ) -> dict[str, Any]:
@@ -200,11 +275,13 @@ def run_probe(
 
     The call is also bounded on the controller, in case the transport itself hangs.
     """
-    command = probe_command(config, python, timeout_s)
+    call = probe_call(config, python, timeout_s)
     try:
-        result = within(timeout_s + 30, lambda: host.run(command))
+        result = within(timeout_s + 30, lambda: run_with_input(host, *call))
     except DeadlineExceeded as exc:
         raise ProbeError(str(exc), unreachable=True) from None
+    except ProbeError:
+        raise
     except Exception as exc:
         raise ProbeError(_connection_error(exc), unreachable=True) from None
     if result.rc == 255 and not result.stdout:
