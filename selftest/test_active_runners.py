@@ -12,20 +12,28 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
+import subprocess
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 import testinfra
 
-from gpuhealth.active import bisect, runner
+from gpuhealth.active import bisect, collect, runner
+from gpuhealth.active import node as on_node
+from gpuhealth.checks import NodeView
+from gpuhealth.documents import FactsError, validated
 from gpuhealth.families.dcgm import active as dcgm_active
 from gpuhealth.families.nccl import active as nccl_active
-from selftest.facts import judge
+from selftest.facts import healthy_h100, judge, write_facts
+from selftest.facts import limits as fact_limits
 from selftest.fakenvml import load_scenario, nvml_env, write_scenario
 from selftest.suite import SuiteRun, run_suite
-from selftest.test_dcgm import dcgm4_failing_gpu3
+from selftest.test_dcgm import dcgm4_failing_gpu3, dcgm4_text
+from selftest.test_node_pythons import SUPPORTED, interpreter
 
 HERE = Path(__file__).resolve().parent
 STANDINS = HERE / "standins"
@@ -441,3 +449,185 @@ def test_full_level_counts_the_nvlink_domains_the_fleet_spans_from_the_inventory
     assert run.rc == 0, run.output[-3000:]
     note = run.verdicts["nodes"]["n1"]["notes"][0]
     assert "469.2 GB/s" in note and ">= 460 GB/s, 4 nodes in 2 NVLink domains" in note
+
+
+# ---------------------------------------------------------------- load tests on the nodes
+
+
+def node_plan(*launches: tuple[str, str, float]) -> str:
+    return json.dumps(
+        [{"section": "nccl", "name": n, "command": c, "timeout_s": t} for n, c, t in launches]
+    )
+
+
+@pytest.mark.parametrize("version", SUPPORTED, ids=[f"py{v}" for v in SUPPORTED])
+def test_the_node_runner_runs_its_plan_on_every_node_python(version, standins):
+    """gpuhealth.active.node as collect.yml ships it (`python -c SOURCE`, the plan on stdin),
+    bounded on the node as a live launch is (`timeout`, then its process group killed)."""
+    python = interpreter(version)
+    replay = f"{STANDINS / 'all_reduce_perf'} -b 8 -e 16G -f 2 -g 8"
+    plan = node_plan(
+        ("replay", replay, 30),
+        ("hung", f"STANDIN_NCCL=hang {replay}", 1),
+        ("missing", "/nonexistent/all_reduce_perf -g 8", 30),
+    )
+    call = subprocess.run(
+        [python, "-c", Path(on_node.__file__).read_text()],
+        input=plan,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert call.returncode == 0, call.stderr
+    done = {r["name"]: r for r in collect.node_report("login banner\n" + call.stdout)}
+    assert done["replay"]["rc"] == 0 and done["replay"]["error"] is None
+    assert "# Avg bus bandwidth" in done["replay"]["stdout"]
+    assert done["hung"]["timed_out"] and done["hung"]["error"] == "killed after 1 s"
+    assert done["hung"]["rc"] in on_node.TIMEOUT_CODES and done["hung"]["duration_s"] < 5
+    assert done["missing"]["rc"] == 127 and not done["missing"]["timed_out"]
+
+
+def h100(**overrides: Any) -> NodeView:
+    limits = fact_limits("h100-sxm", nccl_tests_dir=str(STANDINS), dcgm_installed=True, **overrides)
+    return NodeView("n1", healthy_h100(), limits)
+
+
+def test_a_node_s_load_tests_read_exactly_as_a_live_run_reads_them(standins, local):
+    """The same launches planned, the same outputs read into the same sections, whether the
+    controller launches them (with_active) or the node runs them (collect.yml, srun)."""
+    view = h100()
+    live = {}
+    for run in collect.runs_at("standard"):
+        ctx = runner.ActiveContext(view, "standard", lambda n, c, t: runner.run_on(local, c, t))
+        live[run.section] = run.launch(ctx)[0]
+    planned = collect.plan(view, "standard")
+    assert [(p.section, p.command, p.timeout_s) for p in planned] == [
+        ("nccl", f"{STANDINS}/all_reduce_perf -b 8 -e 16G -f 2 -g 8", 600.0),
+        ("dcgm", "dcgmi diag -r 2 -j", 360.0),
+    ]
+    done = on_node.run_plan([asdict(p) for p in planned])
+    carried = collect.load_results(view, "standard", done)
+    assert carried["load_level"] == "standard"
+    for section in ("nccl", "dcgm"):
+        kept = carried[section].pop("launches")
+        assert [k["name"] for k in kept] == [p.name for p in planned if p.section == section]
+        assert kept[0]["stdout"] == done[[d["name"] for d in done].index(kept[0]["name"])]["stdout"]
+        for moved in (carried[section], live[section]):
+            moved.pop("duration_s")
+        assert carried[section] == live[section]
+
+
+def test_no_report_from_the_node_fails_every_planned_test_and_a_busy_node_runs_none():
+    view = h100()
+    failed = collect.load_results(view, "full", [], "the load tests on the node gave no report")
+    for section in ("nccl", "dcgm"):
+        assert failed[section]["error"] == "the load tests on the node gave no report"
+        assert failed[section]["action"] == "RERUN"
+    assert failed["dcgm"]["level"] == 3  # full: dcgmi diag -r 3
+    assert judge("nccl_bandwidth", {"source": "nvml", **failed}, host="n1").status == "FAIL"
+    busy = NodeView("n1", {**healthy_h100(), "node_state": {"state": "in-use"}}, view.limits)
+    assert collect.plan(busy, "standard") == []
+    assert collect.load_results(busy, "standard", [])["nccl"] == {"skipped": collect.IN_USE}
+    with pytest.raises(ValueError, match="level 'fast'"):
+        collect.plan(view, "fast")
+
+
+def test_long_outputs_are_carried_as_their_start_and_end():
+    long = "".join(f"line {i}\n" for i in range(20_000))
+    outcome = runner.Outcome("x", 0, long, "", 1.0)
+    kept = collect.raw("nccl-all_reduce_perf", outcome)["stdout"]
+    assert len(kept) < collect.KEPT_CHARS + 100 and kept.startswith("line 0\n")
+    assert kept.endswith("line 19999\n") and "characters cut" in kept
+    assert collect.outcome_of(collect.raw("n", outcome)).rc == 0
+
+
+def test_the_load_results_of_saved_facts_are_validated():
+    doc = {"schema_version": 3, "source": "nvml", "load_level": "standard"}
+    launch = {"name": "n", "command": "c", "rc": 0, "stdout": "", "stderr": "", "duration_s": 1.0}
+    launch.update(error=None, timed_out=False)
+    assert validated({**doc, "nccl": {"launches": [launch]}}, "f")["load_level"] == "standard"
+    with pytest.raises(FactsError, match="f: load_level: Input should be 'quick'"):
+        validated({**doc, "load_level": "fast"}, "f")
+    with pytest.raises(FactsError, match="f: dcgm.launches.0.rc: Input should be a valid int"):
+        validated({**doc, "dcgm": {"launches": [{**launch, "rc": "0"}]}}, "f")
+    with pytest.raises(FactsError, match="f: nccl.launches.0.rc: Field required"):
+        validated({**doc, "nccl": {"launches": [{"name": "n", "command": "c"}]}}, "f")
+
+
+def carried_facts(env: dict[str, str], level: str = "standard") -> dict[str, Any]:
+    """An H100 node's facts with its load tests run here as the node would (stand-ins)."""
+    view = h100()
+    saved = os.environ.copy()
+    os.environ.update(env)
+    try:
+        done = on_node.run_plan([asdict(p) for p in collect.plan(view, level)])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return {**view.facts, **collect.load_results(view, level, done)}
+
+
+@pytest.mark.suite
+def test_saved_facts_with_load_results_are_judged_recorded_and_attached(tmp_path):
+    """`pytest --facts --level standard` on documents collected at level standard: n1 healthy,
+    n2 slow with GPU 3 failing DCGM, n3 claiming standard without its NCCL results, n4
+    collected at quick. The same checks, evidence, attachments and history as a live run."""
+    failing, healthy = tmp_path / "diag.json", tmp_path / "healthy.json"
+    failing.write_text(dcgm4_failing_gpu3())
+    healthy.write_text(dcgm4_text())
+    env = standin_env(tmp_path, STANDIN_DCGM_DIAG=str(healthy))
+    slow = dict(env, STANDIN_NCCL="nccltests_issue309_4node_32xH100_vm_all_reduce.txt")
+    slow.update(STANDIN_DCGM_DIAG=str(failing), STANDIN_DCGM_RC="226")
+    n3 = carried_facts(env)
+    del n3["nccl"]
+    docs = {
+        "n1": carried_facts(env),
+        "n2": carried_facts(slow),
+        "n3": n3,
+        "n4": {**healthy_h100(), "load_level": "quick"},
+    }
+    folder = write_facts(tmp_path / "facts", **docs)
+    inventory = fleet_inventory(tmp_path, dcgm_installed=True)
+    args = ("--facts", str(folder), "--inventory", str(inventory), "--level", "standard")
+    run = run_suite(tmp_path / "r", *args, "-m", "dcgm or nccl or history", env=env)
+    outcomes, messages = run.outcomes(), run.messages()
+    for test in ("nccl_bandwidth", "nccl_data_integrity", "dcgm_diag", "load_regression"):
+        assert outcomes[f"test_{test}[n1]"] == ("skipped" if "regr" in test else "passed")
+    assert "no baseline yet" in messages["test_load_regression[n1]"]
+    assert {outcomes[f"test_dcgm_diag_gpu[n1-gpu{i}]"] for i in range(8)} == {"passed"}
+    assert outcomes["test_nccl_bandwidth[n2]"] == "failed"
+    assert "busbw 365.8 GB/s" in messages["test_nccl_bandwidth[n2]"]
+    assert outcomes["test_dcgm_diag_gpu[n2-gpu3]"] == "failed"
+    assert "412.00 gigaflops" in messages["test_dcgm_diag_gpu[n2-gpu3]"]
+    assert outcomes["test_nccl_bandwidth[n3]"] == "failed"
+    assert (
+        "collected at level standard but carry no nccl results"
+        in messages["test_nccl_bandwidth[n3]"]
+    )
+    assert outcomes["test_dcgm_diag[n3]"] == "passed"
+    assert outcomes["test_nccl_bandwidth[n4]"] == "skipped"
+    assert "these facts were collected at level quick" in messages["test_nccl_bandwidth[n4]"]
+    nodes = run.verdicts["nodes"]
+    assert {h: nodes[h]["verdict"] for h in docs} == {
+        "n1": "PASS",
+        "n2": "FAIL",
+        "n3": "FAIL",
+        "n4": "NOT_CHECKED",  # its selected tests all skipped: nothing was judged
+    }
+    log = (run.reports / "evidence" / "n1" / "nccl-all_reduce_perf.log").read_text()
+    assert log.startswith(f"$ {STANDINS}/all_reduce_perf -b 8 ")
+    assert (run.reports / "evidence" / "n2" / "dcgmi-diag-r2.log").exists()
+    attached = [p.read_text() for p in (run.reports / "allure-results").glob("*-attachment*")]
+    assert sum(text.startswith("$ dcgmi diag -r 2 -j") for text in attached) == 3
+    with sqlite3.connect(run.reports / "history.sqlite") as db:
+        rows = db.execute(
+            "SELECT host, value FROM measurements WHERE metric = 'nccl_busbw_gbps' ORDER BY host"
+        ).fetchall()
+        dcgm = db.execute(
+            "SELECT host, gpu FROM measurements WHERE metric = 'dcgm_diag_failures' AND value > 0"
+        ).fetchall()
+        counted = db.execute(
+            "SELECT DISTINCT host FROM measurements WHERE metric = 'dcgm_diag_failures'"
+        ).fetchall()
+    assert rows == [("n1", 476.53), ("n2", 365.84)]
+    assert dcgm == [("n2", 3)] and sorted(counted) == [("n1",), ("n2",), ("n3",)]

@@ -199,7 +199,19 @@ def _probe(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"gpuhealth probe: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(json.dumps(collect(config), indent=2, sort_keys=True))
+    doc = collect(config)
+    if args.level != "quick":  # the load tests of the level, run here (an srun task per node)
+        from gpuhealth.active.collect import on_this_node
+        from gpuhealth.local import Selection
+
+        try:
+            target = Selection(args.host, args.inventory, args.profile).target()
+        except ConfigError as exc:
+            print(f"gpuhealth probe: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        limits = resolve_limits(target.expectations, ProfileSet(), Platform.of(doc))
+        doc.update(on_this_node(doc, limits, args.level))
+    print(json.dumps(doc, indent=2, sort_keys=True))
     return 0
 
 
@@ -337,6 +349,17 @@ def build_parser() -> argparse.ArgumentParser:
     probe = sub.add_parser("probe", help="print this machine's facts document")
     probe.add_argument("--root", default="/", help="read /proc and /sys under this prefix")
     probe.add_argument("--profile", help="profile whose limits the probe uses (default: default)")
+    probe.add_argument(
+        "--level",
+        choices=("quick", "standard", "full"),
+        default="quick",
+        help="also run the load tests of this level here (nccl-tests, dcgmi diag) and carry "
+        "them in the document, for `pytest --facts --level` (default quick: none)",
+    )
+    probe.add_argument(
+        "--inventory", help="Ansible inventory whose vars for this host the load tests use"
+    )
+    probe.add_argument("--host", help="this host's inventory name (default: its hostname)")
     probe.set_defaults(func=_probe)
 
     profiles = sub.add_parser("profiles", help="list profiles, show one's limits, or the keys")

@@ -466,6 +466,33 @@ class FactsDocument(_Record):
     dcgm: ActiveRun | None = None
 
 
+class Launch(_Record):
+    """One load-test launch as a node ran it for the fleet recipes (gpuhealth.active.collect):
+    its raw outputs, kept in its section's `launches` as evidence."""
+
+    name: StrictStr
+    command: StrictStr
+    rc: StrictInt | None
+    stdout: StrictStr
+    stderr: StrictStr
+    duration_s: Signed
+    error: StrictStr | None
+    timed_out: StrictBool
+
+
+class _Launches(_Record):
+    launches: list[Launch] | None = None
+
+
+class LoadResults(_Record):
+    """The load-test parts of a document collected on the nodes: `load_level` (the level the
+    load tests were asked for) and the raw outputs (`launches`) of each load-test section."""
+
+    load_level: Literal["quick", "standard", "full"] | None = None
+    nccl: _Launches | None = None
+    dcgm: _Launches | None = None
+
+
 def upgrade(doc: dict[str, Any]) -> dict[str, Any]:
     """A schema_version 2 document in today's shape (sections that did not apply said so in
     three ways; storage timeouts were only spelled out in the error text)."""
@@ -507,6 +534,7 @@ def validated(doc: Any, where: str) -> dict[str, Any]:
         raise FactsError(f"{where}: {damage}")
     try:
         FactsDocument.model_validate(doc)
+        LoadResults.model_validate(doc)
     except ValidationError as exc:
         error = exc.errors()[0]
         path = ".".join(str(part) for part in error["loc"])

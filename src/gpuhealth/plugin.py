@@ -28,6 +28,7 @@ import pytest
 from gpuhealth import registry
 from gpuhealth import report as reporting
 from gpuhealth.active import LEVELS, level_allows
+from gpuhealth.active.collect import saved_run
 from gpuhealth.active.runner import ActiveContext, Outcome, Run, run_on
 from gpuhealth.allure_results import AllureResults
 from gpuhealth.checks import HISTORY_SECTION, NodeView, evaluate
@@ -729,15 +730,21 @@ def _slot_of(item: pytest.Item) -> Slot | None:
 
 def with_active(slot: Slot | Subject, section: str) -> Subject:
     """The subject with its host's load test (`nccl`, `dcgm`) added to its facts: run once per
-    host and session, judged by the registered checks like any other section; its raw output
-    is attached to every test that judges it."""
+    host and session (or, on saved facts, as the node ran it: gpuhealth.active.collect), judged
+    by the registered checks like any other section; its raw output is kept as evidence and
+    attached to every test that judges it."""
     subject = subject_of(slot)
     host = subject.host
-    if host.target.host is None:
-        pytest.skip("active checks need a live host: not run on saved facts (--facts)")
     state = host.state
     launched = section not in host.active
-    if launched:
+    if launched and host.target.host is None:
+        saved = saved_run(subject.view.facts, section)
+        if isinstance(saved, str):
+            pytest.skip(saved)
+        host.active[section] = saved
+        for name, outcome in saved[1]:
+            state.keep(host.target.name, name, outcome)
+    elif launched:
         run = registry.active_run(section)
         ctx = ActiveContext(
             view=subject.view,
@@ -745,13 +752,14 @@ def with_active(slot: Slot | Subject, section: str) -> Subject:
             launch=lambda name, command, timeout: state.launch(host.target, name, command, timeout),
         )
         host.active[section] = run.launch(ctx)
+    if launched:
         for name, outcome in host.active[section][1]:
             ref = state.attach(subject.item, f"{name}.log", redact(outcome.log), "text")
             host.evidence.setdefault(section, []).extend([ref] if ref else [])
     else:
         record(subject.item).setdefault("attachments", []).extend(host.evidence.get(section, []))
     facts = {**subject.view.facts, section: host.active[section][0]}
-    view = NodeView(subject.view.host, facts, subject.view.limits)
+    view = NodeView(subject.view.host, facts, subject.view.limits, subject.view.state)
     if launched and state.keeps_measured:
         keep_measured(subject.item, measured_load(view, section))
     return Subject(view, subject.index, subject.item, host)

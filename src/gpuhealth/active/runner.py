@@ -8,22 +8,19 @@ out half-way. The families' `active.py` build the commands and read the outcomes
 
 from __future__ import annotations
 
-import math
 import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpuhealth.active.node import KILL_GRACE_S, stopped, wrap
 from gpuhealth.checks import NodeView
 from gpuhealth.deadline import DeadlineExceeded, within
 from gpuhealth.parsing import ParseError
 from gpuhealth.results import Action
 
-KILL_GRACE_S = 10
 TRANSPORT_GRACE_S = 60
-# `timeout` exits 124 when it had to stop the command, 137 when it then had to SIGKILL it.
-TIMEOUT_CODES = (124, 137)
 
 
 @dataclass
@@ -59,8 +56,7 @@ class Outcome:
 
 def run_on(host: Any, command: str, timeout_s: float) -> Outcome:
     """Run a shell command on a testinfra host, killed after `timeout_s` seconds."""
-    limit = int(math.ceil(timeout_s))
-    wrapped = f"timeout -k {KILL_GRACE_S} {limit} sh -c {shlex.quote(command)}"
+    wrapped, limit = wrap(command, timeout_s)
     started = time.monotonic()
     try:
         result = within(limit + KILL_GRACE_S + TRANSPORT_GRACE_S, lambda: host.run(wrapped))
@@ -74,11 +70,8 @@ def run_on(host: Any, command: str, timeout_s: float) -> Outcome:
         detail = getattr(result, "stderr", None) or str(exc)
         return Outcome(command, None, "", "", duration, f"connection failed: {detail}"[:500])
     duration = round(time.monotonic() - started, 3)
-    outcome = Outcome(command, result.rc, result.stdout, result.stderr, duration)
-    if result.rc in TIMEOUT_CODES and duration >= limit:
-        outcome.timed_out = True
-        outcome.error = f"killed after {limit} s"
-    return outcome
+    error = stopped(result.rc, duration, limit)
+    return Outcome(command, result.rc, result.stdout, result.stderr, duration, error, bool(error))
 
 
 def shell_args(text: str, key: str) -> str:
