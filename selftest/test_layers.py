@@ -128,6 +128,7 @@ RUNNING = (  # what probes, launches, schedules and reports
     "gpuhealth.local",  # this machine judged in-process (node-check, serve)
     "gpuhealth.api",  # the same, for a training script (check, quick_check, Watcher)
     "gpuhealth.bundle",  # a node's raw outputs, facts and verdict in one archive, read back
+    "gpuhealth.shards",  # a fleet split across CI jobs (--shard K/N), its reports merged
     "gpuhealth.integrations*",  # acting on verdicts: Slurm, Kubernetes, Prometheus, serve
 )
 

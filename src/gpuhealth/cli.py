@@ -7,6 +7,7 @@
 - `gpuhealth node-check`: judge this node (Slurm HealthCheckProgram, NPD plugin, textfiles).
 - `gpuhealth act`: act on a run's verdicts (Slurm drain/resume, Kubernetes labels/taints).
 - `gpuhealth bundle`: this node's raw outputs, facts and verdict in one archive for a ticket.
+- `gpuhealth merge`: one fleet's report from its shards' reports (`pytest --shard K/N`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import yaml
 
 from gpuhealth import bundle as bundles
-from gpuhealth import registry
+from gpuhealth import registry, shards
 from gpuhealth import report as reporting
 from gpuhealth.checks import NodeView, gpu_slots, judged
 from gpuhealth.config import (
@@ -376,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parser(sub)
     act.add_parser(sub)
     bundles.add_parser(sub)
+    shards.add_parser(sub)
     return parser
 
 

@@ -46,6 +46,7 @@ from gpuhealth.history.run import (
 from gpuhealth.junit_results import JUnitResults
 from gpuhealth.reporter import Reporter
 from gpuhealth.results import Status
+from gpuhealth.shards import Shard
 from gpuhealth.targets import Target, gpu_param, live_targets, offline_targets
 from gpuhealth.transport import ProbeError, run_probe
 
@@ -153,6 +154,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="DIR",
         help="also write DIR/gpuhealth.prom (every host of the run) for node_exporter's "
         "textfile collector",
+    )
+    group.addoption(
+        "--shard",
+        metavar="K/N",
+        help="judge only shard K of N of the hosts (by a hash of each name: every host is in "
+        "one shard); `gpuhealth merge` makes the shards' reports one",
     )
     parser.addini("gpuhealth", "this is the gpuhealth suite (its pytest.ini)", type="bool")
 
@@ -385,6 +392,8 @@ def pytest_configure(config: pytest.Config) -> None:
         extra = config.option.profile_dir
         profiles = ProfileSet(Path(extra) if extra else None)
         targets = _build_targets(config, profiles)
+        if config.option.shard:
+            targets = Shard.parse(config.option.shard).select(targets, lambda t: t.name)
     except ConfigError as exc:
         raise pytest.UsageError(f"gpuhealth: {exc}") from exc
     config.addinivalue_line(
