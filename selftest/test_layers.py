@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuhealth import registry
 from gpuhealth.families import NAMES
 from gpuhealth.transport import node_modules
 
@@ -104,7 +105,8 @@ JUDGING = (
     "gpuhealth.families.*.limits",
     "gpuhealth.families.*.evidence",
     "gpuhealth.families.*.family",
-    "gpuhealth.families.history.metrics",  # what a run measures, read from its facts
+    "gpuhealth.metrics",  # what a family measures over time, and the rules' vocabulary
+    "gpuhealth.families.*.metrics",  # what each family measures, read from its facts
     "gpuhealth.families.fabric.topology",  # GPU-to-NIC levels from recorded PCI positions
     "gpuhealth.families.gpu.compare",  # the probe's two GPU paths side by side (bundles)
 )
@@ -124,6 +126,7 @@ RUNNING = (  # what probes, launches, schedules and reports
     "gpuhealth.allure_results",
     "gpuhealth.allure_writer",
     "gpuhealth.junit_results",
+    "gpuhealth.sinks*",  # the run's outputs (verdicts.json, JUnit, Allure, history...)
     "gpuhealth.cli",
     "gpuhealth.local",  # this machine judged in-process (node-check, serve)
     "gpuhealth.api",  # the same, for a training script (check, quick_check, Watcher)
@@ -225,3 +228,44 @@ def test_importing_a_layer_loads_nothing_above_it(layer, forbidden):
     imports the families' modules on demand, so judging is loaded through it."""
     loaded = loaded_by(*matching(*layer), "-registry" if layer is JUDGING else "")
     assert sorted(m for m in loaded for f in forbidden if m == f or m.startswith(f + ".")) == []
+
+
+def family_of(module: str) -> str | None:
+    """The family a module belongs to (`gpuhealth.families.gpu.nvml` -> gpu), None for none."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[:2] == ["gpuhealth", "families"] else None
+
+
+# What iterates the families' declarations (gpuhealth.registry) and so names none of them: the
+# run store and the regression rules (the history family judges every family's metrics) and
+# the exporters.
+FAMILY_BLIND = ("gpuhealth.history*", "gpuhealth.families.history.*", "*prometheus*")
+
+
+def test_history_and_exporters_name_no_family():
+    """No import of a family other than history's own, and no family's name as a string: what
+    a family measures and exports is declared in its own folder (its metrics.py)."""
+    families = set(NAMES) - {"history"}
+    found = []
+    for name in matching(*FAMILY_BLIND):
+        tree = ast.parse(MODULES[name].read_text())
+        for line, target, _ in imports(name):
+            if family_of(target) in families or target.rpartition(".")[2] in families:
+                found.append(f"{name}:{line} imports {target}")
+        for node in ast.walk(tree):
+            # "gpu" is also the scope of a per-GPU check or value and a series' label.
+            if isinstance(node, ast.Constant) and node.value in families - {"gpu"}:
+                found.append(f"{name}:{node.lineno} names the {node.value} family")
+    assert found == []
+
+
+def test_every_family_measuring_something_declares_it_in_its_own_folder():
+    """The registry finds each family's MEASURES in its metrics.py; the metrics are found by
+    the name they are stored under, a port's by its pattern."""
+    measuring = {family.name for family, _ in registry.measures()}
+    assert {"gpu", "fabric", "kernel", "nccl", "dcgm"} <= measuring
+    for family, measures in registry.measures():
+        assert MODULES.get(f"gpuhealth.families.{family.name}.metrics"), family.name
+        for declared in measures.metrics:
+            assert registry.metric(declared.name) is declared
+    assert registry.metric("ib.mlx5_0.1.symbol_error").name == "ib.*.symbol_error"

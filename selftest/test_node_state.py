@@ -327,7 +327,7 @@ def test_the_busy_node_judged_idle_fails_its_idle_rules_within_the_deadline(
 def test_a_busy_node_s_readings_never_enter_an_idle_baseline():
     """history records a GPU's idle temperature and power only from a node judged idle: a job
     on its other GPUs heats an unused one."""
-    from gpuhealth.families.history import metrics
+    from gpuhealth.families.gpu import metrics
     from gpuhealth.history.run import measured
 
     facts = healthy_h100()

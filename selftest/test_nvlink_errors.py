@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 
+from gpuhealth import registry
 from gpuhealth.checks import Check, evaluate
+from gpuhealth.families.gpu import metrics
 from gpuhealth.families.gpu.schema import (
     NVLINK_ERROR_COUNTERS,
     NVLINK_FIELD_COUNTERS,
     PLATFORM_KEYS,
 )
-from gpuhealth.families.history import metrics
 from gpuhealth.families.history.checks import Judgement, judge_values
 from gpuhealth.families.history.limits import HistoryLimits
 from gpuhealth.registry import checks
@@ -234,7 +235,7 @@ def test_history_sums_each_counter_over_the_links_and_judges_its_rate():
     values = metrics.gpu_values(gpu)
     assert values["nvlink_replay_errors"] == 4 * 7 + 4
     assert values["nvlink_crc_flit_errors"] == 4 * 7
-    assert metrics.metric("nvlink_replay_errors").key == "regression_nvlink_errors_per_day"
+    assert registry.metric("nvlink_replay_errors").key == "regression_nvlink_errors_per_day"
     day = 86400.0
     out = Judgement("node17 gpu0", 0, "gpu_regression")
     past = [(0.0, {"nvlink_replay_errors": 2.0, "nvlink_crc_flit_errors": 28.0}, True)]
@@ -249,7 +250,7 @@ def test_history_sums_the_blackwell_counters_and_leaves_the_legacy_ones_out():
     assert values["nvlink_recovery_failed_errors"] == 0
     assert "nvlink_replay_errors" not in values  # not read: unknown, not 0
     assert "nvlink_recovery_successful_errors" not in values  # link_recovery counts it
-    assert metrics.metric("nvlink_link_recovery_errors").rule == "rate"
+    assert registry.metric("nvlink_link_recovery_errors").rule == "rate"
 
 
 def test_history_leaves_a_partly_read_counter_unknown():

@@ -31,11 +31,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuhealth import registry
 from gpuhealth.checks import NodeView
-from gpuhealth.families.history import metrics
 from gpuhealth.history.run import measured, measured_load
 from gpuhealth.integrations import prometheus
-from gpuhealth.integrations.prometheus import EXPORTED, NOT_EXPORTED, Run
+from gpuhealth.integrations.prometheus import Run
 from gpuhealth.local import LocalVerdict
+from gpuhealth.metrics import COUNTER, GAUGE
 from gpuhealth.report import NodeVerdict, Outcome
 from selftest.facts import healthy_h100, limits, write_facts
 from selftest.facts import probe as run_probe
@@ -122,15 +122,25 @@ def node_measured(view: NodeView, *sections: str) -> dict[str, Any]:
 
 
 def test_every_measured_value_is_exported_or_left_out_on_purpose():
-    measured_names = {m.name for m in metrics.METRICS} | set(metrics.READINGS)
-    assert set(EXPORTED) | NOT_EXPORTED == measured_names | {metrics.KERNEL_LOG_UNTIL}
-    assert not set(EXPORTED) & NOT_EXPORTED
-    for how in EXPORTED.values():
+    """Every metric a family declares is exported, except the idle readings (the readings are
+    exported as read); a reading is exported and never judged."""
+    declared = registry.metrics()
+    exported = prometheus.exports()
+    assert set(declared) - set(exported) == {"idle_temperature_c", "idle_power_w"}
+    assert {n for n, m in declared.items() if m.rule == "reading"} == {
+        "temperature_c",
+        "power_draw_w",
+    }
+    names = [how.name for how in exported.values()]
+    assert len(names) == len(set(names)), "two metrics exported under one name"
+    for how in exported.values():
         assert not how.name.endswith("_total"), "the exposition adds _total to counters"
-        assert how.kind in (prometheus.GAUGE, prometheus.COUNTER)
+        assert how.kind in (GAUGE, COUNTER)
     units = {"temperature_c": "_celsius", "power_draw_w": "_watts", "nccl_busbw_gbps": "_gbps"}
     for name, suffix in units.items():
-        assert EXPORTED[name].name.endswith(suffix)
+        assert exported[name].name.endswith(suffix)
+    assert prometheus.exported("kernel_log_until") is None  # a cursor, not a value
+    assert prometheus.exported("ib.mlx5_0.1.symbol_error") is exported["ib.*.symbol_error"]
 
 
 def test_verdict_is_one_hot_and_only_pass_reads_pass():

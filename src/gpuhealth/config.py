@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from gpuhealth import registry
-from gpuhealth.limits import FamilyLimits, RunLimits
+from gpuhealth.limits import FamilyLimits, RunLimits, SharedLimits
 
 
 class ConfigError(ValueError):
@@ -57,6 +57,7 @@ def limits_model() -> type[FamilyLimits]:
     """One model made of every family's keys (an instance is-a each family's model)."""
     bases: tuple[type[FamilyLimits], ...] = (
         RunLimits,
+        SharedLimits,
         *(f.limits for f in registry.families() if f.limits is not None),
     )
     seen: dict[str, str] = {}
@@ -71,7 +72,7 @@ def limits_model() -> type[FamilyLimits]:
 def key_table() -> list[tuple[str, str, Any, str]]:
     """(family, key, default, meaning) of every profile key, in family order: the README's
     table of profile keys, and `gpuhealth profiles --keys`."""
-    models: list[tuple[str, type[FamilyLimits]]] = [("run", RunLimits)]
+    models: list[tuple[str, type[FamilyLimits]]] = [("run", RunLimits), ("shared", SharedLimits)]
     models += [(f.name, f.limits) for f in registry.families() if f.limits is not None]
     return [
         (family, key, info.default, info.description or "")

@@ -72,3 +72,22 @@ class RunLimits(FamilyLimits):
     probe_timeout_s: Seconds = Field(
         120, description="the whole probe on a node (killed there, and given up on here)"
     )
+
+
+class SharedLimits(FamilyLimits):
+    """Keys several families read: what the node has (its RDMA fabric, the services installed
+    on it) and the NVLink domain it belongs to. They are declared once here, so no family
+    imports another's model for them (families import each other only as their NEEDS say)."""
+
+    fabric: Literal["none", "efa", "infiniband"] = Field(
+        "none", description="the node's RDMA fabric: none, efa or infiniband"
+    )
+    dcgm_installed: Flag = Field(
+        False, description="nvidia-dcgm is installed on the node and must run"
+    )
+    gpud_installed: Flag = Field(False, description="gpud is installed on the node and must run")
+    nvlink_domain: Annotated[Text, Field(min_length=1, max_length=200)] | None = Field(
+        None,
+        description="the NVLink domain the node belongs to (an NVL72 rack or its partition, "
+        "e.g. rack07): nodes with one value must report one clique and cluster UUID",
+    )

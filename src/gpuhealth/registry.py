@@ -2,9 +2,10 @@
 
 A family is one folder under `gpuhealth/families/` whose `family.py` declares everything about
 it: its facts sections (written by its node-side `probe.py`, or by a load test in
-`active.py`), its profile keys (`limits.py`), its checks, its evidence kinds for triage and its
-pytest markers. `gpuhealth.families.NAMES` lists the folders in report order; that one line is
-all the rest of gpuhealth needs to learn about a new family.
+`active.py`), its profile keys (`limits.py`), its checks, what it measures over time for history
+and exporters (`metrics.py`), its evidence kinds for triage and its pytest markers.
+`gpuhealth.families.NAMES` lists the folders in report order; that one line is all the rest
+of gpuhealth needs to learn about a new family.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gpuhealth.checks import Check, CheckSet
 from gpuhealth.families import NAMES
 from gpuhealth.limits import FamilyLimits
+from gpuhealth.metrics import Measures, Metric, pattern
 
 if TYPE_CHECKING:
     from gpuhealth.active.runner import ActiveContext, Run
@@ -69,14 +71,16 @@ class Family:
     evidence: tuple[Kind, ...] = ()
     markers: dict[str, str] = field(default_factory=dict)
     active: tuple[ActiveRun, ...] = ()
+    metrics: Measures | None = None
 
 
 def declare(
     package: str, title: str, sections: tuple[str, ...], markers: dict[str, str] | None = None
 ) -> Family:
     """A family from the modules of its folder, by convention: `checks.py` (CHECKS), and where
-    they exist `limits.py` (its FamilyLimits model), `evidence.py` (KINDS) and `active.py`
-    (RUNS). family.py calls this with what only it can say."""
+    they exist `limits.py` (its FamilyLimits model), `evidence.py` (KINDS), `active.py` (RUNS)
+    and `metrics.py` (MEASURES: what it measures over time). family.py calls this with what
+    only it can say."""
 
     def part(name: str) -> Any:
         try:
@@ -100,7 +104,7 @@ def declare(
     )
     if len(models) > 1:
         raise RuntimeError(f"{package}.limits declares {len(models)} limit models, not one")
-    evidence, active = part("evidence"), part("active")
+    evidence, active, metrics = part("evidence"), part("active"), part("metrics")
     return Family(
         name=package.rpartition(".")[2],
         title=title,
@@ -110,6 +114,8 @@ def declare(
         evidence=tuple(evidence.KINDS) if evidence else (),
         markers=dict(markers or {}),
         active=tuple(active.RUNS) if active else (),
+        # The history family's metrics.py reads the others' measures and declares none.
+        metrics=getattr(metrics, "MEASURES", None),
     )
 
 
@@ -136,6 +142,14 @@ def checks() -> dict[str, Check]:
                 raise RuntimeError(f"check {chk.name!r} is declared twice")
             found[chk.name] = chk
     return found
+
+
+def family(name: str) -> Family:
+    """One family by name."""
+    for found in families():
+        if found.name == name:
+            return found
+    raise KeyError(f"no family {name!r}")
 
 
 def check(name: str) -> Check:
@@ -166,6 +180,29 @@ def active_run(section: str) -> ActiveRun:
             if run.section == section:
                 return run
     raise KeyError(f"no family runs a load test for the {section!r} section")
+
+
+def measures() -> list[tuple[Family, Measures]]:
+    """Every family that measures something over time, with what it measures (report order)."""
+    return [(family, family.metrics) for family in families() if family.metrics is not None]
+
+
+@cache
+def metrics() -> dict[str, Metric]:
+    """Every family's metrics by name (a port metric by its pattern, `ib.*.symbol_error`)."""
+    found: dict[str, Metric] = {}
+    for family, measured in measures():
+        for declared in measured.metrics:
+            if declared.name in found:
+                raise RuntimeError(f"metric {declared.name!r} is declared twice ({family.name})")
+            found[declared.name] = declared
+    return found
+
+
+def metric(name: str) -> Metric:
+    """The declaration of a stored value's metric (`ib.mlx5_0.1.symbol_error` matches its
+    pattern); KeyError for a value no family declares."""
+    return metrics()[pattern(name)]
 
 
 def sections() -> dict[str, str]:

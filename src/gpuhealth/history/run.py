@@ -25,13 +25,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from gpuhealth import registry
 from gpuhealth.checks import NodeView
 from gpuhealth.config import Profile
 from gpuhealth.families.history import metrics
+from gpuhealth.families.history.checks import CHECKS
 from gpuhealth.families.history.limits import HistoryLimits
-from gpuhealth.families.nccl.limits import NcclLimits
 from gpuhealth.history.store import RunRecord, Store, StoreError, describe, engine_url
-from gpuhealth.registry import checks
 
 DEFAULT_STORE = "reports/history.sqlite"
 POLICIES = ("fail", "warn")
@@ -215,17 +215,15 @@ def measured(view: NodeView) -> dict[str, Any]:
 
 
 def measured_load(view: NodeView, section: str) -> dict[str, Any]:
-    """What a load test's section adds: single-node busbw, per-GPU DCGM failures."""
+    """What a load test's section adds, as the family that runs it measures it (single-node
+    busbw, per-GPU diagnostic failures)."""
     data = view.facts.get(section)
-    if not isinstance(data, dict):
+    measures = registry.family(registry.sections()[section]).metrics
+    if not isinstance(data, dict) or measures is None or measures.load is None:
         return {"rows": []}
-    if section == "nccl":
-        reference = view.limits.get(NcclLimits).nccl_reference_size_bytes
-        values = metrics.nccl_values(data, reference)
-        return {"rows": [_row(None, None, name, value) for name, value in values.items()]}
     rows = []
-    for index, values in metrics.dcgm_values(data).items():
-        key = metrics.gpu_key(view.gpu(index) or {})
+    for index, values in measures.load(view, data).items():
+        key = None if index is None else metrics.gpu_key(view.gpu(index) or {})
         rows += [_row(index, key, name, value) for name, value in values.items()]
     return {"rows": rows}
 
@@ -244,7 +242,7 @@ def new_failures(
     are regressions already). `nodes`: host -> NodeVerdict; `nights`: host -> its night,
     where a host whose last night is not older (facts judged again) is no new failure."""
     # A failure of a regression check is a regression already, not a new failure.
-    regression_checks = {c.name for c in checks().values() if c.family == "history"}
+    regression_checks = {c.name for c in CHECKS.checks}
     found = {}
     for host, verdict in nodes.items():
         before = last.get(host)

@@ -9,7 +9,10 @@ atomically so a scrape never reads half of it.
 Fail closed: a node that nothing vouches for is never PASS (NOT_CHECKED has its own verdict
 series), a check that was skipped or could not run never reads 0 (PASS), and a value that
 could not be measured has no series at all (never a 0). Labels are bounded: host, gpu, check,
-verdict, and an InfiniBand port's device and port; never a message.
+verdict, and a port's device and port; never a message.
+
+What is exported of each measured value is declared by the family that measures it (its
+metrics.py: a Metric's `export`); this module iterates the registry and names no family.
 """
 
 from __future__ import annotations
@@ -31,11 +34,12 @@ from prometheus_client.core import (
     Metric,
 )
 
+from gpuhealth import registry
 from gpuhealth.checks import NodeView
 from gpuhealth.facts import NODE_STATES
-from gpuhealth.families.history import metrics
 from gpuhealth.history.run import measured
 from gpuhealth.local import LocalVerdict
+from gpuhealth.metrics import COUNTER, PORT, Export, pattern
 from gpuhealth.report import VERDICTS, NodeVerdict
 
 FILE_NAME = "gpuhealth.prom"
@@ -51,124 +55,33 @@ STATUS_HELP = (
     "or no data to judge), 3 FAIL, 4 ERROR (the check could not run: probe failed, host "
     "unreachable). Only 0 is a pass; >= 3 needs action."
 )
-GAUGE, COUNTER = "gauge", "counter"
 # (host, gpu index or None, check, status): one check's outcome as the output reads it.
 CheckOutcome = tuple[str, int | None, str, str]
 
 
-@dataclass(frozen=True)
-class Exported:
-    """How a measured value is exposed: its name after `gpuhealth_` (a counter's without the
-    `_total` the exposition adds), its type and its HELP text."""
-
-    name: str
-    kind: str
-    help: str
-
-    @property
-    def labels(self) -> tuple[str, ...]:
-        """A GPU's value is labelled with its index, an InfiniBand port's with its device and
-        port number, a node's with its host only."""
-        if self.name.startswith("gpu_"):
-            return ("host", "gpu")
-        if self.name.startswith("ib_"):
-            return ("host", "device", "port")
-        return ("host",)
+def labels(name: str, how: Export) -> tuple[str, ...]:
+    """A port's value (a metric named by a pattern `prefix.*.counter`) is labelled with its
+    device and port number, a GPU's (exported as gpu_...) with its index, a node's with its
+    host only."""
+    if PORT in name:
+        return ("host", "device", "port")
+    if how.name.startswith("gpu_"):
+        return ("host", "gpu")
+    return ("host",)
 
 
-# Every value of gpuhealth.families.history.metrics (METRICS by table name, and READINGS) as
-# Prometheus shows it; units are in the names. Counters are the ones the hardware keeps
-# counting (lifetime or since boot); a count of one run's events is a gauge.
-EXPORTED = {
-    "temperature_c": Exported(
-        "gpu_temperature_celsius", GAUGE, "GPU temperature when the run read it."
-    ),
-    "power_draw_w": Exported("gpu_power_draw_watts", GAUGE, "GPU power draw when the run read it."),
-    "ecc_uncorrected_aggregate": Exported(
-        "gpu_ecc_uncorrected_errors",
-        COUNTER,
-        "Uncorrectable ECC errors over the GPU's lifetime (NVML aggregate count).",
-    ),
-    "ecc_corrected_aggregate": Exported(
-        "gpu_ecc_corrected_errors",
-        COUNTER,
-        "Correctable ECC errors over the GPU's lifetime (NVML aggregate count).",
-    ),
-    "remapped_rows_uncorrectable": Exported(
-        "gpu_remapped_rows_uncorrectable",
-        COUNTER,
-        "Memory rows remapped for uncorrectable errors (Ampere and later).",
-    ),
-    "remapped_rows_correctable": Exported(
-        "gpu_remapped_rows_correctable",
-        COUNTER,
-        "Memory rows remapped for correctable errors (Ampere and later).",
-    ),
-    "retired_pages": Exported(
-        "gpu_retired_pages",
-        COUNTER,
-        "Memory pages retired for single- and double-bit ECC errors (before Ampere).",
-    ),
-    "pcie_replays": Exported(
-        "gpu_pcie_replays", COUNTER, "PCIe replays of the GPU since the driver loaded."
-    ),
-    **{
-        f"nvlink_{counter}_errors": Exported(
-            f"gpu_nvlink_{counter}_errors",
-            COUNTER,
-            f"{what} of the GPU's links, summed, since the driver loaded.",
-        )
-        for counter, what in metrics.NVLINK_COUNTERS
-    },
-    "dcgm_diag_failures": Exported(
-        "gpu_dcgm_diag_failed_results",
-        GAUGE,
-        "Failed results of the GPU in the run's DCGM diagnostic (--level standard and up).",
-    ),
-    "xid_fatal_events": Exported(
-        "node_fatal_xid_events",
-        GAUGE,
-        "XID events of kinds that fail a node, in the kernel log window the run read.",
-    ),
-    "nccl_busbw_gbps": Exported(
-        "nccl_all_reduce_busbw_gbps",
-        GAUGE,
-        "Single-node NCCL all_reduce bus bandwidth at the profile's reference size, in GB/s "
-        "(--level standard and up).",
-    ),
-    "ib.*.link_downed": Exported(
-        "ib_link_downed",
-        COUNTER,
-        "InfiniBand port link_downed events (the HCA's counter: since its reset, sticks at 255).",
-    ),
-    "ib.*.symbol_error": Exported(
-        "ib_symbol_errors",
-        COUNTER,
-        "InfiniBand port symbol errors (the HCA's counter: since its reset, sticks at 65535).",
-    ),
-    "ib.*.port_rcv_errors": Exported(
-        "ib_port_rcv_errors",
-        COUNTER,
-        "InfiniBand port receive errors (the HCA's counter: since its reset, sticks at 65535).",
-    ),
-    "ib.*.link_error_recovery": Exported(
-        "ib_link_error_recovery",
-        COUNTER,
-        "InfiniBand port link error recoveries (the HCA's counter: since its reset, sticks "
-        "at 255).",
-    ),
-}
-# Measured for the run store, not exported: the idle readings are temperature_c and
-# power_draw_w taken only when the GPU is idle; where a kernel log reading ended is no metric.
-NOT_EXPORTED = frozenset({"idle_temperature_c", "idle_power_w", metrics.KERNEL_LOG_UNTIL})
+def exports() -> dict[str, Export]:
+    """Every exported metric the families declare, by metric name (in report order)."""
+    return {name: m.export for name, m in registry.metrics().items() if m.export is not None}
 
 
-def exported(name: str) -> Exported | None:
+def exported(name: str) -> Export | None:
     """How a measured value (`ecc_corrected_aggregate`, `ib.mlx5_0.1.symbol_error`) is
-    exposed, None for one that is not."""
-    if name in NOT_EXPORTED:
+    exposed, None for one that is not (kept for history only, or no family's metric)."""
+    try:
+        return registry.metric(name).export
+    except KeyError:
         return None
-    return EXPORTED.get(metrics.metric(name).name if name.startswith("ib.") else name)
 
 
 @dataclass
@@ -188,13 +101,17 @@ class Run:
 
 
 def readings(view: NodeView) -> list[dict[str, Any]]:
-    """Each GPU's temperature and power draw as the probe read them, busy or idle, as rows
-    like the run store's (history.run.measured keeps only idle ones)."""
+    """Each GPU's readings (temperature and power draw as the probe read them, busy or idle) as
+    the families declare them, as rows like the run store's (history.run.measured keeps only
+    idle ones)."""
     rows = []
     for gpu in view.facts.get("gpus") or []:
         if isinstance(gpu, dict) and isinstance(gpu.get("index"), int):
-            for name, value in metrics.gpu_readings(gpu).items():
-                rows.append({"gpu": gpu["index"], "metric": name, "value": value})
+            for _, measures in registry.measures():
+                if measures.readings is None:
+                    continue
+                for name, value in measures.readings(gpu).items():
+                    rows.append({"gpu": gpu["index"], "metric": name, "value": value})
     return rows
 
 
@@ -326,12 +243,12 @@ class RunCollector:
                     continue
                 series = values.setdefault(how.name, {})
                 series[key] = max(float(row["value"]), series.get(key, float("-inf")))
-        for how in EXPORTED.values():
+        for name, how in exports().items():
             samples = values.get(how.name) or {}
             if not samples:
                 continue
             kind = CounterMetricFamily if how.kind == COUNTER else GaugeMetricFamily
-            family = kind(PREFIX + how.name, how.help, labels=how.labels)
+            family = kind(PREFIX + how.name, how.help, labels=labels(name, how))
             for key in sorted(samples):
                 family.add_metric(list(key), samples[key])
             yield family
@@ -343,13 +260,14 @@ def _one_hot(family: GaugeMetricFamily, host: str, names: Iterable[str], chosen:
         family.add_metric([host, name], 1.0 if name == chosen else 0.0)
 
 
-def _labels(how: Exported, host: str, row: dict[str, Any]) -> tuple[str, ...] | None:
-    """A measured row's label values as `how` names them (an InfiniBand row's device and port
-    from its name, `ib.<device>.<port>.<counter>`); None for a GPU's value without a GPU."""
-    if how.labels[-1] == "port":
+def _labels(how: Export, host: str, row: dict[str, Any]) -> tuple[str, ...] | None:
+    """A measured row's label values as `how` names them (a port row's device and port from
+    its name, `<prefix>.<device>.<port>.<counter>`); None for a GPU's value without a GPU."""
+    names = labels(pattern(row["metric"]), how)
+    if names[-1] == "port":
         _, device, port, _ = row["metric"].split(".")
         return (host, device, port)
-    if how.labels[-1] == "gpu":
+    if names[-1] == "gpu":
         return None if row.get("gpu") is None else (host, str(row["gpu"]))
     return (host,)
 

@@ -9,6 +9,7 @@ from gpuhealth.active.runner import ActiveContext, Failure, Outcome, Run, Tool, 
 from gpuhealth.facts import skipped
 from gpuhealth.families.dcgm import parse_dcgm
 from gpuhealth.families.dcgm.limits import DcgmLimits
+from gpuhealth.limits import SharedLimits
 from gpuhealth.parsing import ParseError
 from gpuhealth.registry import ActiveRun
 from gpuhealth.results import Action
@@ -68,7 +69,7 @@ def section_of(outcome: Outcome, level: int, timeout_key: str) -> dict[str, Any]
 def launch(ctx: ActiveContext) -> Run:
     """`dcgmi diag` on the node at the configured (or the run's) level."""
     limits = ctx.view.limits.get(DcgmLimits)
-    if not limits.dcgm_installed:
+    if not ctx.view.limits.get(SharedLimits).dcgm_installed:
         return skipped("DCGM not expected on this host (dcgm_installed: false)"), []
     level = diag_level(limits, ctx.level)
     timeout = limits.dcgm_diag_timeout_s or TIMEOUTS_S[level]

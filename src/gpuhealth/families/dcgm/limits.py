@@ -6,15 +6,12 @@ from typing import Literal
 
 from pydantic import Field
 
-from gpuhealth.limits import FamilyLimits, Flag, Seconds
+from gpuhealth.limits import FamilyLimits, Seconds
 
 
 class DcgmLimits(FamilyLimits):
     """`dcgmi health` from the probe; `dcgmi diag` as a load test."""
 
-    dcgm_installed: Flag = Field(
-        False, description="nvidia-dcgm is installed on the node and must run"
-    )
     dcgm_diag_level: Literal[1, 2, 3, 4] | None = Field(
         None, description="dcgmi diag -r level (null: 2 at standard, 3 at full)"
     )

@@ -14,6 +14,7 @@ from gpuhealth.facts import reason
 from gpuhealth.families.fabric.limits import FabricLimits
 from gpuhealth.families.fabric.sysfs import pci_name
 from gpuhealth.families.fabric.topology import Distance, Rails, Table, rails, rank, table
+from gpuhealth.limits import SharedLimits
 from gpuhealth.results import Action, Result, Status, failed, passed, skipped
 
 CHECKS = CheckSet("fabric")
@@ -47,7 +48,7 @@ _CABLE = (
 
 def _section(node: NodeView, fabric: str) -> dict[str, Any]:
     """The `fabric` section, or stop with SKIP when the host is not on this fabric."""
-    actual = node.limits.get(FabricLimits).fabric
+    actual = node.limits.get(SharedLimits).fabric
     if actual != fabric:
         raise StopCheck(
             skipped(
@@ -424,7 +425,7 @@ def ib_firmware_uniform(node: NodeView) -> Result:
 def _rdma_nics(node: NodeView, fabric: dict[str, Any]) -> list[dict[str, Any]]:
     """The RDMA devices the node's fabric uses: EFA devices, or the judged InfiniBand HCAs."""
     devices = need(fabric, "devices", "RDMA device list (/sys/class/infiniband)")
-    if node.limits.get(FabricLimits).fabric == "efa":
+    if node.limits.get(SharedLimits).fabric == "efa":
         return [d for d in devices if d.get("driver") == "efa"]
     judged, _, _ = _ib_ports(node, devices)
     return list({d["name"]: d for d, _ in judged}.values())
@@ -488,7 +489,7 @@ def _distances(node: NodeView, fabric: dict[str, Any], gpu: dict[str, Any]) -> T
     gpu_pci = need(fabric, "gpu_pci", "PCI positions of the GPUs")
     nics = {d["name"]: d.get("pci") or {} for d in _rdma_nics(node, fabric)}
     if not nics:
-        fabric_name = node.limits.get(FabricLimits).fabric
+        fabric_name = node.limits.get(SharedLimits).fabric
         raise StopCheck(
             skipped(
                 f"no {_LABELS[fabric_name]} device to match the GPU with (judged by "
@@ -534,7 +535,7 @@ def gpu_nic_affinity(node: NodeView, gpu: dict[str, Any]) -> Result:
     """The GPU's nearest RDMA NIC within gpu_nic_max_distance, and no GPU sharing a NIC
     while another NIC serves none (rail alignment)."""
     lim = node.limits.get(FabricLimits)
-    if lim.fabric == "none":
+    if node.limits.get(SharedLimits).fabric == "none":
         raise StopCheck(
             skipped(
                 f"not an RDMA host (fabric: none, from profile {node.limits.name} and inventory "

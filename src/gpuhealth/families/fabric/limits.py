@@ -12,9 +12,6 @@ from gpuhealth.limits import Count, FamilyLimits, Number, Seconds
 class FabricLimits(FamilyLimits):
     """EFA on AWS, InfiniBand elsewhere; counters are integers, rates in Gb/s."""
 
-    fabric: Literal["none", "efa", "infiniband"] = Field(
-        "none", description="the node's RDMA fabric: none, efa or infiniband"
-    )
     efa_devices_expected: Annotated[Count, Field(ge=1)] | None = Field(
         None, description="EFA devices (efa driver, fi_info RDM domains); null: at least 1"
     )

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gpuhealth.limits import FamilyLimits, Flag, Number, Seconds, Text
+from gpuhealth.limits import FamilyLimits, Number, Seconds, Text
 
 
 class GpudLimits(FamilyLimits):
     """GPUd is asked on the node over loopback (host:port is HTTPS; http://host:port plain)."""
 
-    gpud_installed: Flag = Field(False, description="gpud is installed on the node and must run")
     gpud_address: Text = Field(
         "127.0.0.1:15132", description="GPUd API on the node: host:port (https) or http://..."
     )

@@ -1,4 +1,5 @@
-"""Regression checks: each node and GPU against its own past runs (metrics.py has the rules).
+"""Regression checks: each node and GPU against its own past runs, by the rules of every metric
+the families declare (gpuhealth.metrics; found through the registry, none named here).
 
 The `history` section holds the host's complete nights before this one from the store,
 newest first: `{"store", "policy": "fail" | "warn", "now": this night (epoch), "runs": [sample,
@@ -23,11 +24,11 @@ from dataclasses import dataclass, field
 from itertools import takewhile
 from typing import Any
 
+from gpuhealth import registry
 from gpuhealth.checks import HISTORY_SECTION, CheckSet, NodeView, StopCheck, gpu_label, section
-from gpuhealth.families.history import metrics
 from gpuhealth.families.history.limits import HistoryLimits
-from gpuhealth.families.history.metrics import KERNEL_LOG_UNTIL, Metric, Values
-from gpuhealth.families.nccl.limits import NcclLimits
+from gpuhealth.families.history.metrics import cursors, gpu_key, gpu_values, identity, node_values
+from gpuhealth.metrics import COUNTER_RULES, DRIFT_RULES, Events, Metric, Values
 from gpuhealth.results import Action, Result, Status, passed, skipped
 
 CHECKS = CheckSet("history")
@@ -327,17 +328,19 @@ def judge_values(
     out: Judgement,
     names: Callable[[str], bool] = lambda name: True,
 ) -> None:
-    """Every rule whose metric was measured now (and is selected by `names`)."""
+    """Every rule whose metric was measured now (and is selected by `names`); an event count
+    has its own rule (_judge_events) and a reading's cursor none."""
+    skip = cursors()
     for name, value in sorted(current.items()):
-        if name == KERNEL_LOG_UNTIL or not names(name):
+        if name in skip or not names(name):
             continue
-        m = metrics.metric(name)
-        limit = getattr(lim, m.key)
+        m = registry.metric(name)
+        limit = getattr(lim, m.key) if m.rule in (*COUNTER_RULES, *DRIFT_RULES) else None
         if limit is None:
             continue
-        if m.rule in ("growth", "rate"):
+        if m.rule in COUNTER_RULES:
             judge_counter(m, name, value, past, float(limit), now, out)
-        elif m.rule in ("drop", "rise", "rise_pct"):
+        else:
             judge_drift(m, name, value, past, lim, float(limit), out)
 
 
@@ -349,10 +352,35 @@ def _index_of(sample: Sample, key: str) -> str | None:
     return None
 
 
-def _gpu_notes(runs: list[Sample], gpu: dict[str, Any], key: str | None) -> list[str]:
-    """How this GPU slot changed since the last run: another GPU, moved, new VBIOS."""
+def _elsewhere(record: dict[str, Any], key: str | None) -> list[Sample]:
+    """The GPU's nights in other machines (a GPU moved in from another node), newest first."""
+    found = (record.get("elsewhere") or {}).get(key) if key is not None else None
+    return [s for s in found or [] if isinstance(s, dict)]
+
+
+def _came_from(record: dict[str, Any], runs: list[Sample], key: str | None) -> str | None:
+    """Where the GPU was before it came to this node, if its last night was in another one:
+    `n5 gpu2 until <time>`."""
+    before = _elsewhere(record, key)
+    own = next((s for s in runs if key is not None and _index_of(s, key) is not None), None)
+    if not before or key is None or (own is not None and own["at"] > before[0]["at"]):
+        return None
+    return f"{before[0].get('host')} gpu{_index_of(before[0], key)} until {when(before[0]['at'])}"
+
+
+def _gpu_notes(
+    record: dict[str, Any], runs: list[Sample], gpu: dict[str, Any], key: str | None
+) -> list[str]:
+    """How this GPU slot changed since the last run: another GPU, moved (within the node or
+    from another one), new VBIOS."""
+    came = _came_from(record, runs, key)
+    moved_in = (
+        [f"this GPU was in {came}: its counters continue from there, its idle baselines restart"]
+        if came
+        else []
+    )
     if not runs:
-        return []
+        return moved_in
     last, index = runs[0], str(gpu["index"])
     before = (last.get("gpus") or {}).get(index)
     notes = []
@@ -363,6 +391,7 @@ def _gpu_notes(runs: list[Sample], gpu: dict[str, Any], key: str | None) -> list
         was = before.get("serial") or before.get("uuid")
         now = f"serial {gpu.get('serial')}" if gpu.get("serial") else f"UUID {gpu.get('uuid')}"
         also = f"; this GPU was gpu{moved} then" if moved is not None else " (a new GPU)"
+        also = also if came is None else ""
         notes.append(
             f"gpu{index} is another GPU since the last run: {now}, was {was}{also}; its "
             "baseline restarts"
@@ -372,12 +401,12 @@ def _gpu_notes(runs: list[Sample], gpu: dict[str, Any], key: str | None) -> list
             f"gpu{index} VBIOS changed since the last run: {before['vbios']} -> "
             f"{gpu['vbios_version']}; its baseline restarts"
         )
-    return notes
+    return notes + moved_in
 
 
 def _same_epoch(node: NodeView) -> Callable[[Sample], bool]:
     """Whether an earlier run had the node's current driver and HCA firmware."""
-    now, _ = metrics.identity(node.facts)
+    now, _ = identity(node.facts)
     return lambda sample: (
         sample.get("driver") == now["driver"] and (sample.get("firmware") or {}) == now["firmware"]
     )
@@ -430,6 +459,18 @@ def _node_past(
     return [_entry(sample, sample.get("node") or {}) for sample in kept]
 
 
+def _split(current: Values) -> tuple[Values, Values]:
+    """Counters (judged against the last run, whatever changed since) and the rest (drifts:
+    judged only since the identity last changed or a pin)."""
+    skip = cursors()
+    counters = {
+        n: v
+        for n, v in current.items()
+        if n not in skip and registry.metric(n).rule in COUNTER_RULES
+    }
+    return counters, {n: v for n, v in current.items() if n not in counters}
+
+
 def _judge_gpu_values(
     node: NodeView,
     gpu: dict[str, Any],
@@ -440,16 +481,32 @@ def _judge_gpu_values(
 ) -> None:
     lim = node.limits.get(HistoryLimits)
     now = _now(record)
-    key = metrics.gpu_key(gpu)
+    key = gpu_key(gpu)
     if key is None:
         out.unjudged.append(f"gpu{gpu['index']} has no serial or UUID to find its history by")
         return
-    counters = {n: v for n, v in current.items() if metrics.metric(n).rule in ("growth", "rate")}
-    drifts = {n: v for n, v in current.items() if n not in counters}
+    counters, drifts = _split(current)
     vbios = gpu.get("vbios_version")
-    judge_values(counters, _gpu_past(runs, node, key, vbios, False), lim, now, out)
+    # Counters follow the GPU wherever it was; drift baselines only on this node.
+    travels = sorted([*runs, *_elsewhere(record, key)], key=lambda s: float(s["at"]), reverse=True)
+    judge_values(counters, _gpu_past(travels, node, key, vbios, False), lim, now, out)
     pinned = _pinned(record, key)
     judge_values(drifts, _gpu_past(runs, node, key, vbios, True, pinned), lim, now, out)
+
+
+def _judge_node_values(
+    node: NodeView,
+    record: dict[str, Any],
+    runs: list[Sample],
+    current: Values,
+    out: Judgement,
+    names: Callable[[str], bool] = lambda name: True,
+) -> None:
+    lim = node.limits.get(HistoryLimits)
+    counters, drifts = _split(current)
+    judge_values(counters, _node_past(runs, node, False), lim, _now(record), out, names)
+    past = _node_past(runs, node, True, _pinned(record))
+    judge_values(drifts, past, lim, _now(record), out, names)
 
 
 @CHECKS.gpu("gpu_regression", "regression", severity="normal", section="history", in_use=True)
@@ -459,10 +516,11 @@ def gpu_regression(node: NodeView, gpu: dict[str, Any]) -> Result:
     record, runs = _history(node)
     index = gpu["index"]
     out = _judgement(record, gpu_label(node.host, index, gpu), index, "gpu_regression")
-    key = metrics.gpu_key(gpu)
-    out.notes = _rejudging(record) + _gpu_notes(runs, gpu, key)
-    _judge_gpu_values(node, gpu, record, runs, metrics.gpu_values(gpu, node.in_use), out)
-    mine = sum(1 for sample in runs if key is not None and _index_of(sample, key) is not None)
+    key = gpu_key(gpu)
+    out.notes = _rejudging(record) + _gpu_notes(record, runs, gpu, key)
+    _judge_gpu_values(node, gpu, record, runs, gpu_values(gpu, node.in_use), out)
+    seen = [*runs, *_elsewhere(record, key)]
+    mine = sum(1 for sample in seen if key is not None and _index_of(sample, key) is not None)
     return out.result(str(record.get("policy")), mine)
 
 
@@ -470,7 +528,7 @@ def _node_notes(runs: list[Sample], node: NodeView) -> list[str]:
     if not runs:
         return []
     last = runs[0]
-    current, _ = metrics.identity(node.facts)
+    current, _ = identity(node.facts)
     notes = []
     if last.get("driver") and current["driver"] and last["driver"] != current["driver"]:
         notes.append(
@@ -488,49 +546,86 @@ def _node_notes(runs: list[Sample], node: NodeView) -> list[str]:
     return notes
 
 
-def _judge_xids(node: NodeView, runs: list[Sample], out: Judgement) -> None:
-    lim = node.limits.get(HistoryLimits)
-    if lim.regression_fatal_xid_growth is None:
+def machine_notes(record: dict[str, Any], host: str) -> list[str]:
+    """What the store found the machine by, where people should know: a renamed host
+    (`host n7 was n3 until ...`), a re-imaged one, a history that follows the host name
+    because the facts name no machine (older facts, nothing readable)."""
+    machine = record.get("machine")
+    if not isinstance(machine, dict):
+        return []
+    ids, by = machine.get("ids") or {}, machine.get("by")
+    notes = []
+    if not ids:
+        notes.append(
+            "the facts name no machine (no DMI serial or machine id): its history "
+            "follows the host name"
+        )
+    # A night judged again from before the machine's latest: its names since are no news.
+    if by in (None, "new") or float(machine.get("last") or 0) >= _now(record):
+        return notes
+    last = when(float(machine.get("last") or 0))
+    if machine.get("host") != host:
+        notes.append(
+            f"host {host} was {machine.get('host')} until {last}: its history continues "
+            f"(machine {machine.get('id')})"
+        )
+    old, new = machine.get("machine_id"), ids.get("machine_id")
+    if old and new and old != new:
+        how = (
+            f"its {by} {ids.get(by)} keeps its history"
+            if by != "host"
+            else "no hardware serial could be read (the probe reads DMI as root), so its "
+            "history follows the host name"
+        )
+        notes.append(f"re-imaged since {last} (machine id {old} -> {new}): {how}")
+    if by == "host" and ids and str(machine.get("id", "")).startswith("host:"):
+        kind = next(iter(ids))
+        notes.append(
+            f"its history so far was kept by host name; it now follows its {kind} {ids[kind]}"
+        )
+    return notes
+
+
+def _judge_events(node: NodeView, runs: list[Sample], events: Events, out: Judgement) -> None:
+    """A new_events rule: the events after where the last run's reading of the source ended."""
+    m = registry.metric(events.metric)
+    limit = getattr(node.limits.get(HistoryLimits), m.key)
+    if limit is None:
         return
-    m = metrics.metric("xid_fatal_events")
-    if metrics.fatal_xid_groups(node.facts) is None:
-        out.unjudged.append("XIDs: the kernel log was not read (see kernel_log)")
+    if not events.readable(node.facts):
+        out.unjudged.append(f"{events.label}: {events.source} was not read (see {events.check})")
         return
     earlier = next(
-        ((s["at"], s["node"][KERNEL_LOG_UNTIL]) for s in runs if KERNEL_LOG_UNTIL in s["node"]),
+        ((s["at"], s["node"][events.cursor]) for s in runs if events.cursor in s["node"]),
         None,
     )
     if earlier is None:
-        out.unjudged.append("XIDs: no earlier run read the kernel log")
+        out.unjudged.append(f"{events.label}: no earlier run read {events.source}")
         return
+    found = events.read(node.facts, float(earlier[1]))
     out.judged += 1
-    count, seen, undated = metrics.new_fatal_xids(node.facts, float(earlier[1]))
-    if count > lim.regression_fatal_xid_growth or undated:
-        dated = f"{count} new since the last run ({when(earlier[0])})"
+    if found.count > limit or found.undated:
+        dated = f"{found.count} new since the last run ({when(earlier[0])})"
+        no_time = " and some with no time" if found.undated else ""
         out.regressed(
-            m,
-            m.name,
-            0,
-            count,
-            f"{m.what}: {dated}{' and some with no time' if undated else ''}: {', '.join(seen)}",
+            m, m.name, 0, found.count, f"{m.what}: {dated}{no_time}: {', '.join(found.seen)}"
         )
 
 
 @CHECKS.node("node_regression", "regression", severity="normal", section="history", in_use=True)
 def node_regression(node: NodeView) -> Result:
-    """No new fatal XID since the last run; no InfiniBand error counter grew past its rate."""
+    """No new fatal XID since the last run; no InfiniBand error counter grew past its rate
+    (every node value the families measure, against the node's past)."""
     record, runs = _history(node, needed=True)
     out = _judgement(record, node.host, None, "node_regression")
-    out.notes = _rejudging(record) + _node_notes(runs, node)
-    _judge_xids(node, runs, out)
-    judge_values(
-        metrics.node_values(node.facts),
-        _node_past(runs, node, False),
-        node.limits.get(HistoryLimits),
-        _now(record),
-        out,
-        lambda name: name.startswith("ib."),
-    )
+    out.notes = _rejudging(record) + _node_notes(runs, node) + machine_notes(record, node.host)
+    events = {}
+    for _, measures in registry.measures():
+        if measures.events is not None:
+            _judge_events(node, runs, measures.events, out)
+            events[measures.events.metric] = measures.events
+    current = {name: value for name, value in node_values(node.facts).items() if name not in events}
+    _judge_node_values(node, record, runs, current, out)
     return out.result(str(record.get("policy")), len(runs))
 
 
@@ -543,20 +638,34 @@ def node_regression(node: NodeView) -> Result:
     in_use=False,
 )
 def load_regression(node: NodeView) -> Result:
-    """Single-node NCCL busbw near the node's baseline; no GPU newly fails DCGM's diagnostic."""
+    """Single-node NCCL busbw near the node's baseline; no GPU newly fails DCGM's diagnostic
+    (every load test's values the families measure)."""
     record, runs = _history(node, needed=True)
     out = _judgement(record, node.host, None, "load_regression")
     out.notes = _rejudging(record)
-    nccl = node.facts.get("nccl")
-    reference = node.limits.get(NcclLimits).nccl_reference_size_bytes
-    busbw = metrics.nccl_values(nccl, reference) if isinstance(nccl, dict) else {}
-    if isinstance(nccl, dict) and not busbw:
-        out.unjudged.append("busbw: not measured this run (see nccl_bandwidth)")
-    past = _node_past(runs, node, True, _pinned(record))
-    judge_values(busbw, past, node.limits.get(HistoryLimits), _now(record), out)
-    dcgm = node.facts.get("dcgm")
-    per_gpu = metrics.dcgm_values(dcgm) if isinstance(dcgm, dict) else {}
-    for index, values in sorted(per_gpu.items()):
+    for family, measures in registry.measures():
+        if measures.load is None:
+            continue
+        for run in family.active:
+            data = node.facts.get(run.section)
+            if isinstance(data, dict):
+                found = measures.load(node, data)
+                if not found and measures.unmeasured:
+                    out.unjudged.append(measures.unmeasured)
+                _judge_load(node, record, runs, found, out)
+    return out.result(str(record.get("policy")), len(runs))
+
+
+def _judge_load(
+    node: NodeView,
+    record: dict[str, Any],
+    runs: list[Sample],
+    found: dict[int | None, Values],
+    out: Judgement,
+) -> None:
+    """One load test's values: the node's against its past, each GPU's against the GPU's."""
+    _judge_node_values(node, record, runs, found.get(None) or {}, out)
+    for index, values in sorted((i, v) for i, v in found.items() if i is not None):
         gpu = node.gpu(index)
         if gpu is None:
             continue
@@ -568,6 +677,3 @@ def load_regression(node: NodeView) -> Result:
         # What a GPU could not be judged on stays said: a PASS covers only what was judged.
         out.unjudged += [text for text in mine.unjudged if text not in out.unjudged]
         out.judged += mine.judged
-    if not per_gpu and isinstance(dcgm, dict):
-        out.unjudged.append("DCGM: no per-GPU results this run (see dcgm_diag)")
-    return out.result(str(record.get("policy")), len(runs))

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from gpuhealth.checks import CheckSet, NodeView, load_test_output, section
 from gpuhealth.families.fabric.limits import FabricLimits
 from gpuhealth.families.nccl.limits import NcclLimits
+from gpuhealth.limits import SharedLimits
 from gpuhealth.results import Action, Result, failed, passed, skipped
 
 if TYPE_CHECKING:
@@ -55,11 +56,11 @@ def size_text(size: int) -> str:
 
 def network_text(limits: Profile) -> str:
     """What the node's network should be, from the fabric keys ("" when none is configured)."""
-    lim = limits.get(FabricLimits)
-    if lim.fabric == "efa":
+    lim, fabric = limits.get(FabricLimits), limits.get(SharedLimits).fabric
+    if fabric == "efa":
         count = lim.efa_devices_expected
         return f"EFA ({count} devices)" if count else "EFA"
-    if lim.fabric == "infiniband":
+    if fabric == "infiniband":
         ports, rate = lim.ib_ports_expected, lim.ib_min_rate_gbps
         parts = [f"{ports} ports" if ports else "", f">= {rate:g} Gb/s" if rate else ""]
         detail = ", ".join(p for p in parts if p)

@@ -18,7 +18,7 @@ from gpuhealth.config import Profile, resolve_limits
 from gpuhealth.families.nccl import active
 from gpuhealth.families.nccl.checks import best_busbw, internode_floor, nodes_of
 from gpuhealth.families.nccl.limits import NcclLimits
-from gpuhealth.families.nvfabric.limits import NvFabricLimits
+from gpuhealth.limits import SharedLimits
 from gpuhealth.plugin import RunState, record, redact, run_state
 from gpuhealth.registry import check
 from gpuhealth.results import Action, Result, Status
@@ -71,7 +71,7 @@ class _Fleet:
         for name in nodes:
             target = self.state.targets[name]
             limits = resolve_limits(target.expectations, self.state.profiles, None)
-            found.add(limits.get(NvFabricLimits).nvlink_domain)
+            found.add(limits.get(SharedLimits).nvlink_domain)
         return None if None in found else len(found)
 
     def short(self, section: dict[str, Any]) -> str:

@@ -27,6 +27,7 @@ from gpuhealth.families.gpu.limits import GpuLimits
 from gpuhealth.families.gpu.parse_fabric import HEALTH_KEYS, ZERO_UUID, faults
 from gpuhealth.families.gpu.schema import NVLINK_COUNTER_SOURCES
 from gpuhealth.families.nvfabric.limits import NvFabricLimits
+from gpuhealth.limits import SharedLimits
 from gpuhealth.results import Action, Result, Shared, failed, passed, skipped, warned
 
 CHECKS = CheckSet("nvfabric")
@@ -293,7 +294,7 @@ def nvlink_clique(node: NodeView) -> Result:
         return missing(record, key, f"the NVLink {key.replace('_', ' ')} of {which}", required=True)
     ((clique, cluster),) = domains
     text = f"all {len(gpus)} GPUs in NVLink clique {clique} of cluster {cluster}"
-    domain = node.limits.get(NvFabricLimits).nvlink_domain
+    domain = node.limits.get(SharedLimits).nvlink_domain
     if domain is None:
         return passed(text)
     shared = Shared(

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from pydantic import Field
 
-from gpuhealth.limits import FamilyLimits, Flag, Number, Text
+from gpuhealth.limits import FamilyLimits, Flag, Number
 
 
 class NvFabricLimits(FamilyLimits):
@@ -17,11 +15,6 @@ class NvFabricLimits(FamilyLimits):
         False,
         description="multi-node NVLink (GB200/GB300 NVL): every GPU must be in one non-zero "
         "clique and cluster UUID",
-    )
-    nvlink_domain: Annotated[Text, Field(min_length=1, max_length=200)] | None = Field(
-        None,
-        description="the NVLink domain the node belongs to (an NVL72 rack or its partition, "
-        "e.g. rack07): nodes with one value must report one clique and cluster UUID",
     )
     nvlink_error_window_s: Number = Field(
         2,

@@ -10,11 +10,9 @@ from typing import Any
 
 from gpuhealth.checks import CheckSet, NodeView, detail, need, require_nvidia, section
 from gpuhealth.facts import reason
-from gpuhealth.families.dcgm.limits import DcgmLimits
-from gpuhealth.families.fabric.limits import FabricLimits
 from gpuhealth.families.gpu.limits import GpuLimits
-from gpuhealth.families.gpud.limits import GpudLimits
 from gpuhealth.families.system.limits import SystemLimits
+from gpuhealth.limits import SharedLimits
 from gpuhealth.results import Action, Result, failed, passed, skipped
 
 CHECKS = CheckSet("system")
@@ -209,7 +207,7 @@ def memlock_limit(node: NodeView) -> Result:
     system = _gpu_node(node)
     limit = need(system, "memlock_kb", "memlock limit")
     soft, hard = limit.get("soft"), limit.get("hard")
-    fabric = node.limits.get(FabricLimits).fabric
+    fabric = node.limits.get(SharedLimits).fabric
     minimum = node.limits.get(SystemLimits).min_memlock_kb
     shown = soft if soft == "unlimited" else f"{soft} KB"
     if hard != soft:
@@ -243,7 +241,7 @@ def kernel_modules(node: NodeView) -> Result:
     # No /proc/modules: a kernel without loadable modules, or a sandbox (gVisor) that hides
     # the host's; the modules cannot be judged from here, which is a skip, not a pass.
     loaded = set(need(system, "kernel_modules", "loaded kernel modules"))
-    fabric = node.limits.get(FabricLimits).fabric
+    fabric = node.limits.get(SharedLimits).fabric
     peermem = node.limits.get(SystemLimits).require_nvidia_peermem
     if peermem is None:
         peermem = fabric in RDMA_FABRICS
@@ -277,8 +275,8 @@ def gpu_services(node: NodeView) -> Result:
     wanted = {
         "nvidia-persistenced": node.limits.get(GpuLimits).require_persistence_mode,
         "nvidia-fabricmanager": node.limits.get(SystemLimits).requires_fabric_manager,
-        "nvidia-dcgm": node.limits.get(DcgmLimits).dcgm_installed,
-        "gpud": node.limits.get(GpudLimits).gpud_installed,
+        "nvidia-dcgm": node.limits.get(SharedLimits).dcgm_installed,
+        "gpud": node.limits.get(SharedLimits).gpud_installed,
     }
     units = [unit for unit, required in wanted.items() if required]
     if not units:
