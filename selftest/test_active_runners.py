@@ -631,3 +631,37 @@ def test_saved_facts_with_load_results_are_judged_recorded_and_attached(tmp_path
         ).fetchall()
     assert rows == [("n1", 476.53), ("n2", 365.84)]
     assert dcgm == [("n2", 3)] and sorted(counted) == [("n1",), ("n2",), ("n3",)]
+
+
+@pytest.mark.suite
+def test_multi_node_logs_from_the_scheduler_are_judged_per_node_group(tmp_path):
+    """`pytest --facts --level full --nccl-log A --nccl-log B`: each log one node group of an
+    srun/mpirun run across an allocation, judged by the multi-node floor; every node of the
+    group gets its part, and the logs are kept as evidence."""
+    data = HERE / "data" / "nccl-tests"
+    fast = data / "nccltests_issue309_2node_16xH100_all_reduce.txt"
+    slow = data / "nccltests_issue290_2node_16xH100_ring_low_bw.txt"
+    hosts = ("bm-h100-01", "bm-h100-02", "node005", "node007")
+    folder = write_facts(tmp_path / "facts", **{h: healthy_h100() for h in hosts})
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  vars:\n    gpu_profile: h100-sxm\n  hosts:\n")
+    inventory.write_text(inventory.read_text() + "".join(f"    {h}: {{}}\n" for h in hosts))
+    common = ("--facts", str(folder), "--inventory", str(inventory), "--level", "full")
+    selected = ("-m", "nccl", "-k", "multinode")
+    logs = ("--nccl-log", str(fast), "--nccl-log", str(slow))
+    run = run_suite(tmp_path / "r", *common, *selected, *logs, env=standin_env(tmp_path))
+    assert run.outcomes() == {"test_nccl_multinode[fleet]": "failed"}, run.output[-3000:]
+    message = run.messages()["test_nccl_multinode[fleet]"]
+    assert message.startswith(f"Failed: {slow.name} (2 nodes): all_reduce busbw 89.9 GB/s")
+    assert "< 420 GB/s expected, 2 nodes" in message and fast.name not in message
+    nodes = run.verdicts["nodes"]
+    for host in ("node005", "node007"):
+        assert nodes[host]["verdict"] == "WARN"
+        assert "a saved log names no slow node" in nodes[host]["reasons"][0]
+    for host in ("bm-h100-01", "bm-h100-02"):  # their own checks deselected (-k): a note only
+        assert nodes[host]["verdict"] == "NOT_CHECKED"
+        assert nodes[host]["notes"][0].startswith(f"{fast.name} (2 nodes): ")
+    kept = run.reports / "evidence" / "node005" / f"nccl-multinode-{slow.stem}.log"
+    assert slow.read_text() in kept.read_text()
+    without = run_suite(tmp_path / "w", *common, *selected, env=standin_env(tmp_path))
+    assert "with --nccl-log FILE" in without.messages()["test_nccl_multinode[fleet]"]

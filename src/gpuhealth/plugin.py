@@ -126,6 +126,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "full: + DCGM diag level 3 and multi-node NCCL with bisection",
     )
     group.addoption(
+        "--nccl-log",
+        metavar="FILE",
+        action="append",
+        help="at --level full, judge this log of a multi-node nccl-tests run (one node group, "
+        "launched by srun or mpirun across an allocation) instead of launching one; repeatable",
+    )
+    group.addoption(
         "--history",
         metavar="PATH|URL",
         help=f"run store: an SQLite file (default {DEFAULT_STORE}) or postgresql://...",

@@ -1,4 +1,5 @@
-"""Multi-node NCCL (`--level full`): one all_reduce over every host, bisection when it is slow.
+"""Multi-node NCCL (`--level full`): one all_reduce over every host, bisection when it is slow;
+or, with `--nccl-log FILE`, the logs of runs the scheduler launched across an allocation.
 
 A set of nodes is as fast as its slowest member, so a slow run names no one: bisection
 (gpuhealth.active.bisect) measures subsets until the slow node(s) stand out. Each node's
@@ -8,15 +9,19 @@ verdict gets its part (a FAIL for a slow node, a note for the others) through th
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpuhealth.active import bisect
+from gpuhealth.active.runner import Outcome
 from gpuhealth.checks import NodeView, evaluate
 from gpuhealth.config import Profile, resolve_limits
+from gpuhealth.documents import MAX_BYTES, FactsError, read_bounded
 from gpuhealth.families.nccl import active
 from gpuhealth.families.nccl.checks import best_busbw, internode_floor, nodes_of
+from gpuhealth.families.nccl.evidence import evidence
 from gpuhealth.families.nccl.limits import NcclLimits
 from gpuhealth.limits import SharedLimits
 from gpuhealth.plugin import RunState, record, redact, run_state
@@ -57,12 +62,16 @@ class _Fleet:
         self.state.attach(self.item, f"{name}.log", redact(outcome.log), "text")
         section = active.section_of(outcome, list(nodes), "nccl_timeout_s")
         section["nvlink_domains"] = self.domains(nodes)
-        view = NodeView("+".join(nodes), {"source": "active", "nccl": section}, self.limits)
+        return self.judged("+".join(nodes), nodes, section), section
+
+    def judged(self, label: str, nodes: tuple[str, ...], section: dict[str, Any]) -> list[Result]:
+        """The NCCL checks on one run's section, the run noted among the trials."""
+        view = NodeView(label, {"source": "active", "nccl": section}, self.limits)
         results = [
             evaluate(check(name), view).result for name in ("nccl_bandwidth", "nccl_data_integrity")
         ]
         self.trials.append((nodes, self.short(section)))
-        return results, section
+        return results
 
     def domains(self, nodes: tuple[str, ...]) -> int | None:
         """How many NVLink domains (inventory nvlink_domain) the nodes span; None when a node
@@ -96,8 +105,15 @@ def run_fleet_nccl(item: pytest.Item) -> None:
     """All hosts in one nccl-tests run; below threshold, bisect to name the slow nodes."""
     state = run_state(item.config)
     targets = list(state.targets.values())
+    logs = item.config.option.nccl_log
+    if logs:
+        _judge_logs(item, state, [Path(log) for log in logs])
+        return
     if any(t.host is None for t in targets):
-        pytest.skip("active checks need live hosts: not run on saved facts (--facts)")
+        pytest.skip(
+            "active checks need live hosts: not run on saved facts (--facts); judge the log "
+            "of a multi-node run the scheduler launched with --nccl-log FILE"
+        )
     if len(targets) < 2:
         pytest.skip(f"multi-node NCCL needs at least 2 hosts; this run has {len(targets)}")
     limits = _fleet_limits(state, targets)
@@ -118,6 +134,58 @@ def run_fleet_nccl(item: pytest.Item) -> None:
     nodes = nodes_of(section)
     threshold = internode_floor(limits, nodes or len(names))[1]
     _report(item, names, results, found, fleet.trials, threshold, nodes)
+
+
+def _judge_logs(item: pytest.Item, state: RunState, paths: list[Path]) -> None:
+    """Multi-node runs the scheduler launched across an allocation (srun or mpirun, README
+    "Fleets beyond one controller"), judged from their logs: each log is one node group,
+    judged by the same checks and floors as a run launched here; every node of a group gets
+    its part (a note, or a warning when the group is slow: a log cannot be bisected)."""
+    targets = list(state.targets.values())
+    limits = _fleet_limits(state, targets)
+    fleet = _Fleet(state, item, limits, 0)
+    known = {t.name: t.name for t in targets}
+    known.update((t.name.split(".")[0], t.name) for t in targets)
+    findings: list[dict[str, Any]] = []
+    failed, judged = [], []
+    unjudged = True  # every check of every log skipped
+    for path in paths:
+        try:
+            text = read_bounded(path, MAX_BYTES)
+        except OSError as exc:
+            raise FactsError(f"--nccl-log {path}: cannot read: {exc.strerror or exc}") from None
+        section = evidence(text)["nccl"]
+        hosts = section["hosts"] or []
+        found = [known.get(h, known.get(h.split(".")[0])) for h in hosts]
+        members = tuple(dict.fromkeys(name for name in found if name))
+        section["nvlink_domains"] = fleet.domains(members) if members else None
+        name = f"nccl-multinode-{path.stem}"
+        outcome = Outcome(f"# saved log {path}", None, text, "", 0.0)
+        state.attach(item, f"{name}.log", redact(outcome.log), "text")
+        if members:
+            state.keep(members[0], name, outcome)
+        results = fleet.judged(path.name, members, section)
+        bad = [r for r in results if r.status is Status.FAIL]
+        unjudged = unjudged and all(r.status is Status.SKIP for r in results)
+        nodes = nodes_of(section)
+        headline = "; ".join(r.message for r in (bad or results))
+        group = f"{path.name} ({f'{nodes} nodes' if nodes else 'node count unknown'})"
+        outside = sorted({h for h, n in zip(hosts, found, strict=True) if n is None})
+        if outside:
+            headline += f"; its hosts not in this run: {', '.join(outside)}"
+        judged.append(f"{group}: {headline}")
+        for member in members:
+            if not bad:
+                findings.append(_finding(member, "NOTE", f"{group}: {headline}"))
+                continue
+            message = (
+                f"multi-node all_reduce of {group} failed: {headline}; a saved log names no "
+                "slow node: run the group again in halves to find it"
+            )
+            findings.append(_finding(member, "WARN", message, Action.INSPECT, _FABRIC_ADVICE))
+        if bad:
+            failed.append(f"{group}: {headline}")
+    _finish(item, findings, " | ".join(failed) or None, " | ".join(judged) if unjudged else None)
 
 
 def _why_unnamed(found: bisect.Bisection | None, count: int) -> str:
@@ -175,10 +243,23 @@ def _report(
             why = _why_unnamed(found, len(names))
             message = f"multi-node all_reduce failed: {headline}; bisection named no node ({why})"
             findings.append(_finding(name, "WARN", message, Action.INSPECT, _FABRIC_ADVICE))
-    record(item)["fleet"] = findings
+    failure = None
     if bad:
         named = f" | slow node(s): {', '.join(found.slow)}" if found and found.slow else ""
         runs = "; ".join(f"{'+'.join(n)}: {text}" for n, text in bisected)
-        pytest.fail(f"{headline}{named}" + (f" | bisection runs: {runs}" if runs else ""), False)
-    if all(r.status is Status.SKIP for r in results):
-        pytest.skip(headline)
+        failure = f"{headline}{named}" + (f" | bisection runs: {runs}" if runs else "")
+    _finish(
+        item, findings, failure, headline if all(r.status is Status.SKIP for r in results) else None
+    )
+
+
+def _finish(
+    item: pytest.Item, findings: list[dict[str, Any]], failure: str | None, skip: str | None
+) -> None:
+    """Each node's part to the verdicts (the `fleet` entry of the test's record), then the
+    test's outcome: failed, skipped (nothing was judged) or passed."""
+    record(item)["fleet"] = findings
+    if failure:
+        pytest.fail(failure, False)
+    if skip:
+        pytest.skip(skip)
