@@ -533,6 +533,8 @@ def test_outcomes_are_kept_for_the_next_run(nights, tmp_path):
 
 
 def test_the_history_command_shows_plots_and_prunes(nights, tmp_path, capsys):
+    """The CLI's plumbing on a real store: a node's table per night, a plot, prune, and a
+    store that is missing or empty (test_history_morning has the views themselves)."""
     from gpuhealth.cli import main
 
     for night in range(3):
@@ -540,13 +542,13 @@ def test_the_history_command_shows_plots_and_prunes(nights, tmp_path, capsys):
         gpu(now, 3)["ecc"]["aggregate"]["corrected"] = 100 * night
         nights.remember(now, T0 + night * DAY)
     store = str(tmp_path / "history.sqlite")
-    assert main(["history", "node17", "--gpu", "3", "--history", store]) == 0
+    assert main(["history", "node17", "--gpu", "3", "--last", "3", "--history", store]) == 0
     out = capsys.readouterr().out
+    assert "ecc_corrected_aggregate  " in out.split("node17 gpu3 (")[0]  # the line per metric
     table = out.split("node17 gpu3 (")[1].splitlines()
     assert table[1].split()[0] == "metric" and len(table[1].split()) == 1 + 2 * 3  # 3 runs
     row = next(line for line in table if line.startswith("ecc_corrected_aggregate"))
     assert row.split()[1:] == ["0", "100", "200"]
-    assert "3 runs in sqlite:///" in out
     png = tmp_path / "trend.png"
     assert main(["history", "--plot", str(png), "--metric", "ecc_*", "--history", store]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
@@ -554,8 +556,8 @@ def test_the_history_command_shows_plots_and_prunes(nights, tmp_path, capsys):
     assert "pruned 3 runs older than 1 days" in capsys.readouterr().out  # T0 is years ago
     missing = tmp_path / "none" / "x.sqlite"
     assert main(["history", "--history", str(missing)]) == 2  # reading never creates a store
-    assert f"no run store at {missing}" in capsys.readouterr().out
+    assert f"no run store at {missing}" in capsys.readouterr().err
     assert not missing.parent.exists()
     Store("empty.sqlite", tmp_path).close()
     assert main(["history", "--history", str(tmp_path / "empty.sqlite")]) == 0
-    assert "no measurements" in capsys.readouterr().out
+    assert "0 hosts, 0 runs in sqlite:///" in capsys.readouterr().out

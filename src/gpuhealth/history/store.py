@@ -627,6 +627,11 @@ class Store:
             found[row.run_id]["regressions"].append(entry)
         return list(found.values())
 
+    def read(self, query: Any) -> list[sa.Row[Any]]:
+        """The rows of a read-only query on the store's tables: the history views' own
+        queries (gpuhealth.history.morning, plots); a database error is a StoreError."""
+        return self._read(query)
+
 
 def _regressions_of_nights() -> Any:
     """Regressions joined with their host's row of their run (its night) and the run."""
