@@ -8,6 +8,11 @@ a fleet, or a folder of saved facts, need not share a night. The section holds o
 before the night, so old facts judged again (`pytest --facts`) are judged against their own
 past, and the store records them as a re-judgement of that night.
 
+A host's history is its machine's (store.resolve_machine: the system or board serial, system
+UUID or machine id its facts give, else its name), under whatever name it had; a GPU's is its
+serial's (else UUID's), in whatever slot or node it sat: a GPU moved in from another node
+brings its counters' past (`elsewhere`).
+
 Workers only read (one query set per host, when its first test starts); the controller writes
 the whole run in one transaction when the run ends.
 """
@@ -124,21 +129,28 @@ class History:
         night = self.night(facts)
         # Enough runs to find the baselines' good runs among failing ones.
         wanted = max(20, 4 * lim.history_baseline_runs, 2 * lim.history_trend_runs)
+        node, gpus = metrics.identity(facts or {})
         try:
-            pins = store.pins(host, night)
-            starts = baseline_starts(store, host, night, facts or {}, pins)
+            machine = store.machine(host, node["ids"])
+            mine = machine["id"]
+            pins = store.pins(host, night, mine)
+            starts = baseline_starts(store, mine, night, facts or {}, pins)
             runs = store.host_history(
-                host, wanted, night, starts, 4 * (lim.history_reference_runs or 0)
+                host, wanted, night, starts, 4 * (lim.history_reference_runs or 0), mine
             )
+            keys = [key for key in map(metrics.gpu_key, gpus) if key is not None]
+            elsewhere = store.gpu_elsewhere(keys, mine, night, 4)
             dated = metrics.collected_at(facts or {}) is not None
-            again = store.night(host, night) if dated else None
+            again = store.night(host, night, mine) if dated else None
         except StoreError as exc:
             return {"skipped": f"run history unavailable: {exc}"}
         found = {
             "store": store.name,
             "policy": self.policy,
             "now": night,
+            "machine": {**machine, "ids": node["ids"]},
             "runs": runs,
+            "elsewhere": elsewhere,
             "pins": {
                 "node": max((p["at"] for p in pins if p["gpu_key"] is None), default=None),
                 "gpus": {p["gpu_key"]: p["at"] for p in pins if p["gpu_key"] is not None},
@@ -155,16 +167,16 @@ class History:
 
 
 def baseline_starts(
-    store: Store, host: str, night: float, facts: dict[str, Any], pins: list[dict[str, Any]]
+    store: Store, node_id: str, night: float, facts: dict[str, Any], pins: list[dict[str, Any]]
 ) -> set[float]:
-    """When each drift baseline of the host's current node and GPUs began (the store hands
+    """When each drift baseline of the machine's current node and GPUs began (the store hands
     over the first nights after each, so a reference formed long ago stays put): after the
     node's driver or firmware last differed from these facts' or it was pinned; for a GPU
     (by serial), also after its VBIOS last differed, it was pinned, or from its first night
     here. The checks apply the same rules to the nights they get (checks._gpu_past)."""
     node, gpus = metrics.identity(facts)
     firmware = json.dumps(node["firmware"], sort_keys=True) if node["firmware"] else None
-    seen_nodes, seen_gpus = store.identities(host, night)
+    seen_nodes, seen_gpus = store.identities(node_id, night)
     node_start = max(
         [
             *(
@@ -321,6 +333,7 @@ def run_record(
                 "driver": ident.get("driver"),
                 "firmware": json.dumps(firmware, sort_keys=True) if firmware else None,
                 "collected_at": ident.get("collected_at"),
+                "ids": json.dumps(ident["ids"], sort_keys=True) if ident.get("ids") else None,
             }
         )
         run.gpus += [{"host": verdict.host, **gpu} for gpu in ident.get("gpus") or []]

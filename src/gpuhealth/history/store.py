@@ -35,6 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 METADATA = sa.MetaData()
 _HOST = sa.String(255)
+_NODE_ID = sa.String(320)  # "host:" and a host name, or an identity's kind and value
 
 
 def _run_id(**options: Any) -> sa.Column[int]:
@@ -71,8 +72,11 @@ NODES = sa.Table(
     sa.Column("firmware", sa.Text),  # JSON: {"mlx5_0": "28.41.1000", ...}
     sa.Column("collected_at", sa.Float),  # the facts' collection time (null: the run's start)
     sa.Column("rejudges", sa.Integer),  # the run whose facts of this host were judged again
+    sa.Column("node_id", _NODE_ID, nullable=False),  # the machine (resolve_machine)
+    sa.Column("ids", sa.Text),  # JSON: the machine's identities in the facts (metrics.node_ids)
     sa.Index("ix_nodes_host", "host"),
     sa.Index("ix_nodes_host_collected_at", "host", "collected_at"),
+    sa.Index("ix_nodes_node_id_collected_at", "node_id", "collected_at"),
 )
 GPUS = sa.Table(
     "gpus",
@@ -84,6 +88,8 @@ GPUS = sa.Table(
     sa.Column("serial", sa.String(64)),
     sa.Column("vbios", sa.String(64)),
     sa.Column("name", sa.String(128)),
+    sa.Index("ix_gpus_serial", "serial"),
+    sa.Index("ix_gpus_uuid", "uuid"),
 )
 
 
@@ -139,12 +145,141 @@ PINS = sa.Table(
     sa.Column("gpu_key", sa.String(64)),  # serial, else UUID; null: the whole node
     sa.Column("at", sa.Float, nullable=False),
     sa.Column("reason", sa.Text),
+    sa.Column("node_id", _NODE_ID, nullable=False),
     sa.Index("ix_pins_host", "host"),
+    sa.Index("ix_pins_node_id", "node_id"),
+)
+# Every machine identity and host name seen, with the machine it names now (resolve_machine).
+ALIASES = sa.Table(
+    "aliases",
+    METADATA,
+    sa.Column("kind", sa.String(32), primary_key=True),  # metrics.NODE_ID_KINDS, or "host"
+    sa.Column("value", _HOST, primary_key=True),
+    sa.Column("node_id", _NODE_ID, nullable=False),
+    sa.Column("host", _HOST, nullable=False),  # the host name it was last seen under
+    sa.Column("last_at", sa.Float, nullable=False),  # the night it was last seen
+    sa.Column("shared", sa.Boolean, nullable=False),  # two hosts gave it in one run: ignored
+    sa.Index("ix_aliases_node_id", "node_id"),
 )
 # When a host's night was: its facts' collection time, else its run's start.
 NIGHT = sa.func.coalesce(NODES.c.collected_at, RUNS.c.started_at)
 _MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 _PG_LOCK = 0x67707568  # "gpuh": the advisory lock two controllers take to migrate in turn
+
+
+# Machine identities strongest first (gpuhealth.families.history.metrics.NODE_ID_KINDS; the
+# store does not import the families): the first three are the hardware's.
+ID_KINDS = ("product_serial", "product_uuid", "board_serial", "machine_id")
+HOST = "host"
+
+
+def host_node_id(host: str) -> str:
+    """The machine id of a host whose facts name no machine: its name."""
+    return f"{HOST}:{host}"
+
+
+Aliases = dict[str, dict[str, dict[str, Any]]]  # node_id -> kind -> value -> its alias row
+
+
+def _rank(ids: dict[str, str], host: str, known: dict[str, dict[str, Any]]) -> int | None:
+    """How strongly a machine with these aliases is the one these identities and host name
+    describe (lower is stronger), or None when it is another machine: the strongest hardware
+    identity both have decides; without one, the same machine id (a renamed host), else the
+    host name it was last seen under (older facts, or a re-imaged host whose hardware cannot
+    be read)."""
+    for rank, kind in enumerate(ID_KINDS[:3]):
+        if kind in ids and kind in known:
+            return rank if ids[kind] in known[kind] else None
+    if ids.get("machine_id") in known.get("machine_id", {}):
+        return 3
+    names = known.get(HOST) or {}
+    current = max(names.values(), key=lambda row: row["last_at"], default=None)
+    return 4 if current is not None and current["value"] == host else None
+
+
+def resolve_machine(conn: Connection, host: str, ids: dict[str, str]) -> dict[str, Any]:
+    """The machine a host's night belongs to: `{"id", "by"}` (`by`: the identity kind that
+    found it, `host` for its name, `new` for a machine not seen before) and, for a known one,
+    `host` and `last`: the name it was last seen under and when, and `machine_id`: its latest
+    machine id (a re-image changes it). Identities two hosts gave in one run are ignored."""
+    pairs = [(kind, value) for kind, value in ids.items() if kind in ID_KINDS]
+    pairs.append((HOST, host))
+    matched = conn.execute(
+        sa.select(ALIASES.c.node_id).where(
+            sa.or_(*(sa.and_(ALIASES.c.kind == k, ALIASES.c.value == v) for k, v in pairs)),
+            sa.not_(ALIASES.c.shared),
+        )
+    )
+    candidates = {row.node_id for row in matched}
+    known: Aliases = {}
+    if candidates:
+        for row in conn.execute(
+            sa.select(ALIASES).where(ALIASES.c.node_id.in_(candidates), sa.not_(ALIASES.c.shared))
+        ):
+            known.setdefault(row.node_id, {}).setdefault(row.kind, {})[row.value] = dict(
+                row._mapping
+            )
+    ranked = []
+    for node_id, aliases in known.items():
+        rank = _rank(ids, host, aliases)
+        if rank is not None:
+            newest = max(a["last_at"] for kind in aliases.values() for a in kind.values())
+            ranked.append((rank, -newest, node_id))
+    if not ranked:
+        kind = next((k for k in ID_KINDS if k in ids), None)
+        base = f"{kind}:{ids[kind]}" if kind else host_node_id(host)
+        return {"id": _unused(conn, base), "by": "new"}
+    rank, _, node_id = min(ranked)
+    aliases = known[node_id]
+    last = max((aliases.get(HOST) or {}).values(), key=lambda a: a["last_at"])
+    machine = max(
+        (aliases.get("machine_id") or {}).values(), key=lambda a: a["last_at"], default=None
+    )
+    return {
+        "id": node_id,
+        "by": (*ID_KINDS, HOST)[rank],
+        "host": last["value"],
+        "last": last["last_at"],
+        "machine_id": machine["value"] if machine else None,
+    }
+
+
+def _unused(conn: Connection, base: str) -> str:
+    """`base`, or `base#2`, `base#3`... where a machine already has it (a host name that a
+    renamed machine had, given to one whose facts name no machine)."""
+    taken: set[str] = set()
+    for table in (NODES, ALIASES):  # aliases outlive the nights prune deletes
+        column = table.c.node_id
+        taken.update(
+            conn.execute(
+                sa.select(column).where(
+                    sa.or_(column == base, column.startswith(base + "#", autoescape=True))
+                )
+            ).scalars()
+        )
+    found, n = base, 1
+    while found in taken:
+        n += 1
+        found = f"{base}#{n}"
+    return found
+
+
+def _alias(
+    conn: Connection, kind: str, value: str, values: dict[str, Any], at: float | None = None
+) -> None:
+    """Point an alias at a machine as of night `at`, unless a later night already moved it
+    (None: mark it shared, whenever it was seen)."""
+    where = sa.and_(ALIASES.c.kind == kind, ALIASES.c.value == value)
+    update = ALIASES.update().where(where)
+    if at is not None:
+        update = update.where(ALIASES.c.last_at <= at).values(**values, last_at=at)
+    else:
+        update = update.values(shared=True)
+    if conn.execute(update).rowcount:
+        return
+    if conn.execute(sa.select(ALIASES.c.kind).where(where)).first() is None:
+        row = {"kind": kind, "value": value, "shared": False, "last_at": at or 0.0, **values}
+        conn.execute(ALIASES.insert().values(**row))
 
 
 class StoreError(RuntimeError):
@@ -299,7 +434,7 @@ class Store:
                 values = {k: v for k, v in vars(run).items() if k in RUNS.c}
                 key = conn.execute(RUNS.insert().values(**values)).inserted_primary_key
                 run_id = int(key[0]) if key else 0
-                nodes = self._rejudged(conn, run.nodes)
+                nodes = self._rejudged(conn, self._machines(conn, run.nodes, run.started_at))
                 again = {row["host"] for row in nodes if row["rejudges"] is not None}
                 # A night judged again adds no measurements: they are its night's already.
                 measurements = [row for row in run.measurements if row["host"] not in again]
@@ -315,6 +450,32 @@ class Store:
                 return run_id
         except SQLAlchemyError as exc:
             raise StoreError(f"history store {self.name}: {_first_line(exc)}") from None
+
+    @staticmethod
+    def _machines(
+        conn: Connection, nodes: list[dict[str, Any]], started: float
+    ) -> list[dict[str, Any]]:
+        """The run's node rows each with its machine (resolve_machine), and the aliases that
+        name it moved to it (a re-judged older night moves none back). An identity two hosts
+        of the run gave is marked shared (a cloned machine id, a vendor's placeholder), never
+        used again to find a machine."""
+        given: dict[tuple[str, str], set[str]] = {}
+        for row in nodes:
+            for pair in (json.loads(row["ids"]) if row.get("ids") else {}).items():
+                given.setdefault(pair, set()).add(row["host"])
+        kept = []
+        for row in nodes:
+            at = row.get("collected_at") or started
+            ids = json.loads(row["ids"]) if row.get("ids") else {}
+            mine = {k: v for k, v in ids.items() if len(given[(k, v)]) == 1}
+            machine = resolve_machine(conn, row["host"], mine)
+            kept.append({**row, "node_id": machine["id"]})
+            for kind, value in ids.items():
+                if (kind, value) not in mine.items():
+                    _alias(conn, kind, value, {"node_id": "", "host": row["host"], "shared": True})
+            for kind, value in [*mine.items(), (HOST, row["host"])]:
+                _alias(conn, kind, value, {"node_id": machine["id"], "host": row["host"]}, at)
+        return kept
 
     @staticmethod
     def _rejudged(conn: Connection, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -340,12 +501,23 @@ class Store:
             {**row, "rejudges": found.get((row["host"], row.get("collected_at")))} for row in nodes
         ]
 
+    def machine_of(self, host: str) -> str | None:
+        """The machine a host name last belonged to (None: a name the store has not seen)."""
+        rows = self._read(
+            sa.select(ALIASES.c.node_id).where(ALIASES.c.kind == HOST, ALIASES.c.value == host)
+        )
+        return rows[0].node_id if rows else None
+
     def pin(self, host: str, gpu: int | None, gpu_key: str | None, at: float, reason: str) -> None:
-        """Record that the node's (or one GPU's) drift baselines restart after `at`."""
+        """Record that the node's (or one GPU's) drift baselines restart after `at`: the
+        machine the host name last belonged to."""
         try:
+            node_id = self.machine_of(host) or host_node_id(host)
             with self._writing() as conn:
                 conn.execute(
-                    PINS.insert().values(host=host, gpu=gpu, gpu_key=gpu_key, at=at, reason=reason)
+                    PINS.insert().values(
+                        host=host, gpu=gpu, gpu_key=gpu_key, at=at, reason=reason, node_id=node_id
+                    )
                 )
         except SQLAlchemyError as exc:
             raise StoreError(f"history store {self.name}: {_first_line(exc)}") from None
@@ -370,9 +542,19 @@ class Store:
         except SQLAlchemyError as exc:
             raise StoreError(f"history store {self.name}: {_first_line(exc)}") from None
 
-    def _own_nights(self, host: str, before: float | None) -> Any:
-        """The host's own nights (not re-judgements) of complete runs, before a time."""
-        own = sa.and_(NODES.c.host == host, NODES.c.rejudges.is_(None), RUNS.c.complete)
+    def machine(self, host: str, ids: dict[str, str]) -> dict[str, Any]:
+        """The machine a host's facts belong to (resolve_machine), as the store knows now."""
+        try:
+            with self.engine.connect() as conn:
+                return resolve_machine(conn, host, ids)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"history store {self.name}: {_first_line(exc)}") from None
+
+    def _own_nights(self, host: str, before: float | None, node_id: str | None = None) -> Any:
+        """The host's (with `node_id`: the machine's, under any name) own nights (not
+        re-judgements) of complete runs, before a time."""
+        mine = NODES.c.host == host if node_id is None else NODES.c.node_id == node_id
+        own = sa.and_(mine, NODES.c.rejudges.is_(None), RUNS.c.complete)
         return own if before is None else sa.and_(own, NIGHT < before)
 
     def host_history(
@@ -382,32 +564,81 @@ class Store:
         before: float | None = None,
         starts: Iterable[float] = (),
         first: int = 0,
+        node_id: str | None = None,
     ) -> list[dict[str, Any]]:
-        """The host's last `limit` complete nights before `before`, and the `first` nights
-        after each time in `starts` (where a baseline began: a reference formed long ago is
-        still there), newest first, each as one sample: its night, the node's verdict, driver
-        and firmware, the regressions reported for it, its GPUs' identities and every measured
-        value."""
-        query = (
-            sa.select(
-                RUNS.c.id,
-                RUNS.c.uid,
-                NIGHT.label("night"),
-                NODES.c.verdict,
-                NODES.c.driver,
-                NODES.c.firmware,
-            )
-            .join(NODES, NODES.c.run_id == RUNS.c.id)
-            .where(self._own_nights(host, before))
-        )
+        """The host's (with `node_id`: the machine's) last `limit` complete nights before
+        `before`, and the `first` nights after each time in `starts` (where a baseline began:
+        a reference formed long ago is still there), newest first, each as one sample: its
+        night, the node's verdict, driver and firmware, the regressions reported for it, its
+        GPUs' identities and every measured value."""
+        query = self._nights_query().where(self._own_nights(host, before, node_id))
         rows = self._read(query.order_by(NIGHT.desc(), RUNS.c.id.desc()).limit(limit))
         for start in sorted(set(starts)):
             rows += self._read(query.where(NIGHT > start).order_by(NIGHT, RUNS.c.id).limit(first))
-        samples: dict[int, dict[str, Any]] = {}
+        return self._samples(rows)
+
+    def gpu_elsewhere(
+        self, keys: Iterable[str], node_id: str, before: float, limit: int
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Per GPU (serial, else UUID), its last `limit` complete nights before `before` in
+        other machines than `node_id` (a GPU moved between nodes keeps its counters' past),
+        newest first, as host_history's samples (with `host` and `node_id`). A key two hosts
+        gave in one run (stand-in GPUs, a firmware that reports no real serial) names no one
+        GPU: it is followed on this machine only."""
+        found: dict[str, list[dict[str, Any]]] = {}
+        for key in sorted(set(keys)):
+            this = sa.or_(GPUS.c.serial == key, GPUS.c.uuid == key)
+            shared = self._read(
+                sa.select(GPUS.c.run_id)
+                .where(this)
+                .group_by(GPUS.c.run_id)
+                .having(sa.func.count(sa.distinct(GPUS.c.host)) > 1)
+                .limit(1)
+            )
+            if shared:
+                continue
+            where = sa.and_(
+                this,
+                NODES.c.node_id != node_id,
+                NODES.c.rejudges.is_(None),
+                RUNS.c.complete,
+                NIGHT < before,
+            )
+            query = (
+                self._nights_query()
+                .join(GPUS, sa.and_(GPUS.c.run_id == NODES.c.run_id, GPUS.c.host == NODES.c.host))
+                .where(where)
+            )
+            rows = self._read(query.order_by(NIGHT.desc(), RUNS.c.id.desc()).limit(limit))
+            if rows:
+                found[key] = self._samples(rows)
+        return found
+
+    @staticmethod
+    def _nights_query() -> Any:
+        """Nodes' nights with their runs: what a sample starts from."""
+        return sa.select(
+            RUNS.c.id,
+            RUNS.c.uid,
+            NODES.c.host,
+            NODES.c.node_id,
+            NIGHT.label("night"),
+            NODES.c.verdict,
+            NODES.c.driver,
+            NODES.c.firmware,
+        ).join(NODES, NODES.c.run_id == RUNS.c.id)
+
+    def _samples(self, rows: list[sa.Row[Any]]) -> list[dict[str, Any]]:
+        """Nights (rows of _nights_query) as samples, newest first: with the count of
+        regressions reported for each (by its run and any re-judgement), the GPUs' identities
+        and every measured value."""
+        samples: dict[tuple[int, str], dict[str, Any]] = {}
         for row in sorted(rows, key=lambda r: (r.night, r.id), reverse=True):
-            samples[row.id] = {
+            samples[(row.id, row.host)] = {
                 "run": row.uid,
                 "at": row.night,
+                "host": row.host,
+                "node_id": row.node_id,
                 "verdict": row.verdict,
                 "driver": row.driver,
                 "firmware": json.loads(row.firmware) if row.firmware else {},
@@ -418,30 +649,45 @@ class Store:
             }
         if not samples:
             return []
-        ids = list(samples)
-        by_night = {sample["at"]: sample for sample in samples.values()}
+        ids = sorted({run for run, _ in samples})
+        hosts = sorted({host for _, host in samples})
+        by_night = {(s["node_id"], s["at"]): s for s in samples.values()}
         for row in self._read(
-            sa.select(NIGHT.label("night"), sa.func.count(REGRESSIONS.c.id).label("found"))
+            sa.select(
+                NODES.c.node_id,
+                NIGHT.label("night"),
+                sa.func.count(REGRESSIONS.c.id).label("found"),
+            )
             .select_from(_regressions_of_nights())
-            .where(REGRESSIONS.c.host == host, NIGHT.in_(list(by_night)))
-            .group_by(NIGHT)
+            .where(
+                NODES.c.node_id.in_(sorted({s["node_id"] for s in samples.values()})),
+                NIGHT.in_(sorted({s["at"] for s in samples.values()})),
+            )
+            .group_by(NODES.c.node_id, NIGHT)
         ):
-            by_night[row.night]["regressions"] = int(row.found)
-        for row in self._read(sa.select(GPUS).where(GPUS.c.host == host, GPUS.c.run_id.in_(ids))):
-            samples[row.run_id]["gpus"][str(row.idx)] = {
-                "uuid": row.uuid,
-                "serial": row.serial,
-                "vbios": row.vbios,
-            }
+            if (row.node_id, row.night) in by_night:
+                by_night[(row.node_id, row.night)]["regressions"] = int(row.found)
+        for row in self._read(
+            sa.select(GPUS).where(GPUS.c.host.in_(hosts), GPUS.c.run_id.in_(ids))
+        ):
+            if (row.run_id, row.host) in samples:
+                samples[(row.run_id, row.host)]["gpus"][str(row.idx)] = {
+                    "uuid": row.uuid,
+                    "serial": row.serial,
+                    "vbios": row.vbios,
+                }
         for row in self._read(
             sa.select(
                 MEASUREMENTS.c.run_id,
+                MEASUREMENTS.c.host,
                 MEASUREMENTS.c.gpu,
                 MEASUREMENTS.c.metric,
                 MEASUREMENTS.c.value,
-            ).where(MEASUREMENTS.c.host == host, MEASUREMENTS.c.run_id.in_(ids))
+            ).where(MEASUREMENTS.c.host.in_(hosts), MEASUREMENTS.c.run_id.in_(ids))
         ):
-            sample = samples[row.run_id]
+            sample = samples.get((row.run_id, row.host))
+            if sample is None:
+                continue
             if row.gpu is None:
                 sample["node"][row.metric] = row.value
             else:
@@ -449,11 +695,11 @@ class Store:
         return list(samples.values())
 
     def identities(
-        self, host: str, before: float | None
+        self, node_id: str, before: float | None
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """When each identity of the host was last seen before a time: its driver and
+        """When each identity of the machine was last seen before a time: its driver and
         firmware (JSON, as stored), and each GPU's serial, UUID and VBIOS (`first`, `last`)."""
-        own = self._own_nights(host, before)
+        own = self._own_nights("", before, node_id)
         nodes = self._read(
             sa.select(NODES.c.driver, NODES.c.firmware, sa.func.max(NIGHT).label("last"))
             .join(RUNS, NODES.c.run_id == RUNS.c.id)
@@ -478,20 +724,25 @@ class Store:
         )
         return [dict(row._mapping) for row in nodes], [dict(row._mapping) for row in gpus]
 
-    def pins(self, host: str, before: float | None = None) -> list[dict[str, Any]]:
-        """The host's pins (made before a time), oldest first."""
-        query = sa.select(PINS).where(PINS.c.host == host).order_by(PINS.c.at, PINS.c.id)
+    def pins(
+        self, host: str, before: float | None = None, node_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The host's (with `node_id`: the machine's) pins (made before a time), oldest
+        first."""
+        mine = PINS.c.host == host if node_id is None else PINS.c.node_id == node_id
+        query = sa.select(PINS).where(mine).order_by(PINS.c.at, PINS.c.id)
         if before is not None:
             query = query.where(PINS.c.at < before)
         return [dict(row._mapping) for row in self._read(query)]
 
-    def night(self, host: str, at: float) -> dict[str, Any] | None:
-        """The host's night at `at` if a complete run judged it already: that run and the
-        regressions reported for the night by it and by every re-judgement since."""
+    def night(self, host: str, at: float, node_id: str | None = None) -> dict[str, Any] | None:
+        """The host's (with `node_id`: the machine's) night at `at` if a complete run judged it
+        already: that run and the regressions reported for the night by it and by every
+        re-judgement since."""
         first = self._read(
             sa.select(RUNS.c.uid)
             .join(NODES, NODES.c.run_id == RUNS.c.id)
-            .where(self._own_nights(host, None), NODES.c.collected_at == at)
+            .where(self._own_nights(host, None, node_id), NODES.c.collected_at == at)
             .order_by(RUNS.c.id)
             .limit(1)
         )
@@ -500,7 +751,11 @@ class Store:
         reported = self._read(
             sa.select(REGRESSIONS.c.check, REGRESSIONS.c.gpu, REGRESSIONS.c.metric)
             .select_from(_regressions_of_nights())
-            .where(REGRESSIONS.c.host == host, NODES.c.collected_at == at, RUNS.c.complete)
+            .where(
+                REGRESSIONS.c.host == host if node_id is None else NODES.c.node_id == node_id,
+                NODES.c.collected_at == at,
+                RUNS.c.complete,
+            )
         )
         return {"run": first[0].uid, "reported": [dict(row._mapping) for row in reported]}
 
@@ -566,15 +821,19 @@ class Store:
         metric: str | None = None,
         since: float | None = None,
         among: Iterable[str] | None = None,
+        node_id: str | None = None,
     ) -> list[dict[str, Any]]:
         """Measured values over time, oldest first: the night (`started_at`: its facts'
-        collection time), run, host, GPU (index and serial), metric and value, filtered by any
-        of host, GPU index, metric (a `*` glob, or `among` these names) and time."""
+        collection time), run, host, machine (`node_id`: a renamed host's rows share it), GPU
+        (index, and `gpu_key`: serial, else UUID), metric and value, filtered by any
+        of host, machine (`node_id`: every name a host had, machine_of), GPU index, metric (a
+        `*` glob, or `among` these names) and time."""
         query = (
             sa.select(
                 NIGHT.label("started_at"),
                 RUNS.c.uid,
                 MEASUREMENTS.c.host,
+                NODES.c.node_id,
                 MEASUREMENTS.c.gpu,
                 MEASUREMENTS.c.gpu_key,
                 MEASUREMENTS.c.metric,
@@ -589,6 +848,8 @@ class Store:
         )
         if host is not None:
             query = query.where(MEASUREMENTS.c.host == host)
+        if node_id is not None:
+            query = query.where(NODES.c.node_id == node_id)
         if gpu is not None:
             query = query.where(MEASUREMENTS.c.gpu == gpu)
         if metric is not None:

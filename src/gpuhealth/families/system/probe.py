@@ -6,6 +6,7 @@ probe process itself, which runs the way a job launched over the same ssh or Slu
 Node side: Python 3.6 and the standard library.
 """
 
+import errno
 import os
 import re
 import resource
@@ -27,6 +28,17 @@ UNITS = ("nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm", "gpud")
 
 Why = Optional[Unavailable]
 Reading = Tuple[Any, Why]
+# What the machine is, whatever its host name (the run store follows a node's history by it):
+# the DMI system serial, system UUID and board serial (readable by root only on most kernels),
+# then the OS's machine id, which re-imaging changes. The controller picks among them
+# (families/system/metrics.node_ids drops vendors' placeholders).
+MACHINE_IDS = (
+    ("product_serial", "/sys/class/dmi/id/product_serial"),
+    ("product_uuid", "/sys/class/dmi/id/product_uuid"),
+    ("board_serial", "/sys/class/dmi/id/board_serial"),
+    ("machine_id", "/etc/machine-id"),
+)
+MAX_ID = 64  # the length facts documents allow an identity (the run store's columns)
 
 
 def numa_nodes(root: str) -> Reading:
@@ -200,6 +212,30 @@ def kernel_modules(root: str) -> Reading:
         return None, why("error", str(exc))
 
 
+def machine_ids(root: str) -> Dict[str, Any]:
+    """The machine's identities (MACHINE_IDS) as read, each null with why where it cannot be:
+    no DMI (not_supported), root only (not_supported, "permission denied"), empty or too long."""
+    found: Dict[str, Any] = {}
+    unavailable: Dict[str, Unavailable] = {}
+    for key, path in MACHINE_IDS:
+        found[key] = None
+        try:
+            with open(node.under(root, path), encoding="utf-8", errors="replace") as f:
+                text = f.read(4 * MAX_ID).strip()
+        except OSError as exc:
+            kind = "not_supported" if exc.errno in (errno.ENOENT, errno.EACCES) else "error"
+            unavailable[key] = why(kind, f"{path}: {exc.strerror or exc}")
+            continue
+        if not text:
+            unavailable[key] = why("not_supported", f"{path} is empty")
+        elif len(text) > MAX_ID or not text.isprintable():
+            unavailable[key] = why("error", f"{path}: not an identity ({len(text)} characters)")
+        else:
+            found[key] = text
+    found["unavailable"] = unavailable
+    return found
+
+
 def collect(ctx: "Context") -> Dict[str, Any]:
     """The `system` section of the facts document (see docs/facts-schema.md)."""
     root = ctx.root
@@ -233,6 +269,7 @@ def collect(ctx: "Context") -> Dict[str, Any]:
     out["memlock_kb"] = {"soft": _memlock_kb(soft), "hard": _memlock_kb(hard)}
     put("kernel_modules", kernel_modules(root))
     put("services", service_states(UNITS, timeout_s))
+    out["machine"] = machine_ids(root)
     reason = unavailable.get("services")
     if reason and reason["kind"] != "not_supported":
         ctx.error("system", reason["detail"], "systemctl is-active")
