@@ -554,6 +554,22 @@ def test_the_load_results_of_saved_facts_are_validated():
         validated({**doc, "nccl": {"launches": [{"name": "n", "command": "c"}]}}, "f")
 
 
+def stored_load(store: Path) -> tuple[list[tuple[str, float]], list[tuple[str, int]], list[str]]:
+    """What the run store kept of the load tests: (host, busbw) of each single-node NCCL run,
+    (host, GPU) of each GPU with failed DCGM results, and the hosts with DCGM results."""
+    with sqlite3.connect(store) as db:
+        busbw = db.execute(
+            "SELECT host, value FROM measurements WHERE metric = 'nccl_busbw_gbps' ORDER BY host"
+        ).fetchall()
+        failing = db.execute(
+            "SELECT host, gpu FROM measurements WHERE metric = 'dcgm_diag_failures' AND value > 0"
+        ).fetchall()
+        counted = db.execute(
+            "SELECT DISTINCT host FROM measurements WHERE metric = 'dcgm_diag_failures'"
+        ).fetchall()
+    return busbw, failing, sorted(host for (host,) in counted)
+
+
 def carried_facts(env: dict[str, str], level: str = "standard") -> dict[str, Any]:
     """An H100 node's facts with its load tests run here as the node would (stand-ins)."""
     view = h100()
@@ -619,18 +635,9 @@ def test_saved_facts_with_load_results_are_judged_recorded_and_attached(tmp_path
     assert (run.reports / "evidence" / "n2" / "dcgmi-diag-r2.log").exists()
     attached = [p.read_text() for p in (run.reports / "allure-results").glob("*-attachment*")]
     assert sum(text.startswith("$ dcgmi diag -r 2 -j") for text in attached) == 3
-    with sqlite3.connect(run.reports / "history.sqlite") as db:
-        rows = db.execute(
-            "SELECT host, value FROM measurements WHERE metric = 'nccl_busbw_gbps' ORDER BY host"
-        ).fetchall()
-        dcgm = db.execute(
-            "SELECT host, gpu FROM measurements WHERE metric = 'dcgm_diag_failures' AND value > 0"
-        ).fetchall()
-        counted = db.execute(
-            "SELECT DISTINCT host FROM measurements WHERE metric = 'dcgm_diag_failures'"
-        ).fetchall()
-    assert rows == [("n1", 476.53), ("n2", 365.84)]
-    assert dcgm == [("n2", 3)] and sorted(counted) == [("n1",), ("n2",), ("n3",)]
+    busbw, failing, counted = stored_load(run.reports / "history.sqlite")
+    assert busbw == [("n1", 476.53), ("n2", 365.84)]
+    assert failing == [("n2", 3)] and counted == ["n1", "n2", "n3"]
 
 
 @pytest.mark.suite

@@ -670,6 +670,76 @@ def test_judging_the_collected_facts_gives_the_live_verdicts(roles_run):
     assert {h: verdict(offline[h]) for h in LIVE} == {h: verdict(live[h]) for h in LIVE}
 
 
+@dataclass
+class LoadCollected:
+    """collect.yml -e level=standard on n1 and n2, then `pytest --facts --level standard`."""
+
+    collect: Any  # roles_bed.PlaybookRun
+    docs: dict[str, dict[str, Any]]
+    offline: SuiteRun
+
+
+@pytest.fixture(scope="module")
+def load_collected(roles_run):
+    from selftest.testbed import roles_bed
+
+    bed = roles_run.bed
+    facts = REPORTS / "collected-standard"
+    start = time.monotonic()
+    collect = roles_bed.playbook(
+        bed,
+        "playbooks/collect.yml",
+        "--limit",
+        "n1,n2",
+        "-e",
+        "level=standard",
+        "-e",
+        f"gpuhealth_facts_dir={facts}",
+    )
+    (REPORTS / "collect-standard.log").write_text(collect.output)
+    TIMINGS["playbooks/collect.yml -e level=standard, n1 + n2"] = time.monotonic() - start
+    docs = {h: json.loads((facts / f"{h}.json").read_text()) for h in ("n1", "n2")}
+    start = time.monotonic()
+    judge = ("--facts", str(facts), "--inventory", str(bed.inventory), "--level", "standard")
+    marks = ("-m", "dcgm or nccl or history")
+    offline = run_suite(REPORTS / "offline-standard", *judge, *marks, env=bed.ansible_env())
+    TIMINGS["pytest --facts --level standard, 2 documents"] = time.monotonic() - start
+    return LoadCollected(collect, docs, offline)
+
+
+@on_the_bed
+def test_load_tests_collected_at_level_standard_are_judged_offline_as_live(
+    load_collected, roles_run
+):
+    """The fleet recipe with load tests: collect.yml runs nccl-tests and dcgmi diag on each
+    node (what the roles installed), the documents carry them, and `pytest --facts --level
+    standard` gives every load test the live run's outcome (n2: slow NCCL, GPU 3 failing
+    DCGM), keeps their logs as evidence and records busbw and DCGM results in the run store."""
+    from selftest.test_active_runners import stored_load
+    from selftest.testbed.test_e2e import STANDARD_FAILURES
+
+    run = load_collected.collect
+    assert run.rc == 0, run.output[-3000:]
+    for host, doc in load_collected.docs.items():
+        assert doc["load_level"] == "standard"
+        assert [launch["name"] for launch in doc["nccl"]["launches"]] == ["nccl-all_reduce_perf"]
+        assert doc["dcgm"]["launches"][0]["command"] == "dcgmi diag -r 2 -j", host
+    offline, live = load_collected.offline, roles_run.standard
+    loads = ("test_nccl_", "test_dcgm_diag")
+    outcomes = {n: s for n, s in offline.outcomes().items() if n.startswith(loads)}
+    assert {n for n, s in outcomes.items() if s == "failed"} == STANDARD_FAILURES
+    assert outcomes == {n: s for n, s in live.outcomes().items() if n in outcomes}
+    assert "busbw 365.8 GB/s" in offline.messages()["test_nccl_bandwidth[n2]"]
+    nodes = offline.verdicts["nodes"]
+    assert (nodes["n1"]["verdict"], nodes["n2"]["verdict"]) == ("PASS", "FAIL")
+    log = (offline.reports / "evidence" / "n1" / "nccl-all_reduce_perf.log").read_text()
+    assert log.startswith("$ /opt/nccl-tests/build/all_reduce_perf -b 8 ")
+    assert "NCCL 2.25.1 (libnccl.so.2); replaying" in log
+    busbw, failing, counted = stored_load(offline.reports / "history.sqlite")
+    assert [host for host, _ in busbw] == ["n1", "n2"] and busbw[1][1] < 460  # n2 is slow
+    assert failing == [("n2", 3)] and counted == ["n1", "n2"]
+
+
 # ---------------------------------------------------------------- acting on the verdicts
 
 
