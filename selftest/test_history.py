@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from gpuhealth.checks import NodeView, evaluate
 from gpuhealth.history.run import History, measured, measured_load, new_failures, run_record
-from gpuhealth.history.store import METADATA, Store, StoreError, head_revision
+from gpuhealth.history.store import METADATA, Store, StoreError, engine_url, head_revision
 from gpuhealth.registry import check
 from gpuhealth.report import NodeVerdict, Outcome
 from gpuhealth.results import Status
@@ -515,6 +516,18 @@ def test_postgresql_store_runs_the_rules(postgres, tmp_path):
 
 def test_two_writers_at_once_on_postgresql(postgres, tmp_path):
     _two_writers(_fresh(postgres, "writers"), tmp_path)
+
+
+def test_reading_a_postgresql_database_without_a_store_creates_nothing(postgres, capsys):
+    from gpuhealth.cli import main
+
+    url = _fresh(postgres, "nostore")
+    assert main(["history", "regressions", "--history", url]) == 2
+    assert "the database holds no run store (no gpuhealth tables" in capsys.readouterr().err
+    engine = sa.create_engine(engine_url(url, Path.cwd()))
+    with engine.connect() as conn:
+        assert sa.inspect(conn).get_table_names() == []
+    engine.dispose()
 
 
 def test_an_unreachable_postgresql_is_one_clear_error(tmp_path):

@@ -286,6 +286,10 @@ def test_the_fleet_view_tells_two_runs_in_the_same_minute_apart(tmp_path, capsys
     assert len(runs) == 2 and runs[0] != runs[1]
     assert runs[0].split()[1] != runs[1].split()[1]  # seconds
     assert "group_a" in runs[0] and "group_b" in runs[1]
+    # The morning answer covers both: a fleet judged as shards or CI groups is several runs.
+    status, out, _ = run_cli(capsys, "regressions", "--history", found.spec)
+    assert status == 0
+    assert out.startswith("0 regressions on 0 of 2 nodes judged in the last night's 2 runs: ")
 
 
 # ---------------------------------------------------------------- plots

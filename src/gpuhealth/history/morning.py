@@ -44,6 +44,9 @@ from gpuhealth.history.store import (
 COUNTER_RULES = ("growth", "rate", "new_events")
 DRIFT_RULES = ("drop", "rise", "rise_pct")
 _CHUNK = 500  # bounded IN lists
+# The last run's night: the runs that started up to this long before the newest (a fleet
+# judged as shards or CI groups is several runs a night).
+LAST_NIGHT = 12 * 3600.0
 
 
 def stamp(epoch: float | None) -> str:
@@ -388,7 +391,7 @@ class Scope:
 
     text: str
     nodes: int
-    run: str | None = None
+    runs: list[str] | None = None  # the runs' uids; None: every night since `since`
     since: float | None = None
 
 
@@ -399,20 +402,29 @@ def regressions_of_nights() -> Any:
     ).join(RUNS, RUNS.c.id == NODES.c.run_id)
 
 
-def last_run(store: Store) -> Any | None:
-    """The newest complete run (its id, uid, start and inventory), None in an empty store."""
-    rows = store.read(
-        sa.select(RUNS.c.id, RUNS.c.uid, RUNS.c.started_at, RUNS.c.inventory, RUNS.c.level)
+def last_runs(store: Store) -> list[Any]:
+    """The last night's complete runs: the newest and those that started up to LAST_NIGHT
+    before it (the shards of `--shard K/N`, CI groups), newest first; empty in an empty
+    store."""
+    columns = (RUNS.c.id, RUNS.c.uid, RUNS.c.started_at, RUNS.c.inventory, RUNS.c.level)
+    newest = store.read(
+        sa.select(RUNS.c.started_at)
         .where(RUNS.c.complete)
         .order_by(RUNS.c.started_at.desc(), RUNS.c.id.desc())
         .limit(1)
     )
-    return rows[0] if rows else None
+    if not newest:
+        return []
+    return store.read(
+        sa.select(*columns)
+        .where(RUNS.c.complete, RUNS.c.started_at >= newest[0].started_at - LAST_NIGHT)
+        .order_by(RUNS.c.started_at.desc(), RUNS.c.id.desc())
+    )
 
 
 def scope_of(store: Store, since: float | None) -> Scope | None:
-    """The nights of the newest complete run, or every night since `since`; None when there
-    are none (nothing was judged: the answer is unknown, not "no regression")."""
+    """The nights of the last night's runs (`last_runs`), or every night since `since`; None
+    when there are none (nothing was judged: the answer is unknown, not "no regression")."""
     if since is not None:
         count = store.read(
             sa.select(sa.func.count(sa.distinct(NODES.c.host)))
@@ -422,13 +434,24 @@ def scope_of(store: Store, since: float | None) -> Scope | None:
         if not count:
             return None
         return Scope(f"nights since {stamp(since)} UTC", int(count), since=since)
-    run = last_run(store)
-    if run is None:
+    runs = last_runs(store)
+    if not runs:
         return None
-    count = store.read(sa.select(sa.func.count()).where(NODES.c.run_id == run.id))[0][0]
-    group = f", {run.inventory}" if run.inventory else ""
-    text = f"the last run {run.uid[:8]} ({stamp(run.started_at)} UTC, {run.level}{group})"
-    return Scope(text, int(count), run=run.uid)
+    ids = [run.id for run in runs]
+    count = store.read(
+        sa.select(sa.func.count(sa.distinct(NODES.c.host))).where(NODES.c.run_id.in_(ids))
+    )[0][0]
+    described = [
+        f"{run.uid[:8]} ({stamp(run.started_at)} UTC, {run.level}"
+        + (f", {run.inventory})" if run.inventory else ")")
+        for run in runs
+    ]
+    text = (
+        f"the last run {described[0]}"
+        if len(runs) == 1
+        else f"the last night's {len(runs)} runs: {'; '.join(described)}"
+    )
+    return Scope(text, int(count), runs=[run.uid for run in runs])
 
 
 def _rule(m: metrics.Metric | None, message: str, lim: HistoryLimits) -> tuple[str, str | None]:
@@ -488,8 +511,8 @@ def regressions(
         .where(RUNS.c.complete)
         .order_by(NIGHT, REGRESSIONS.c.host, REGRESSIONS.c.gpu, REGRESSIONS.c.id)
     )
-    if scope.run is not None:
-        query = query.where(RUNS.c.uid == scope.run)
+    if scope.runs is not None:
+        query = query.where(RUNS.c.uid.in_(scope.runs))
     else:
         query = query.where(NIGHT >= scope.since)
     if host is not None:
@@ -601,7 +624,7 @@ def document(store: Store, scope: Scope, found: list[Regression], policy: str) -
     """The answer as JSON (`--json`)."""
     return {
         "store": store.name,
-        "scope": {"text": scope.text, "run": scope.run, "since": scope.since},
+        "scope": {"text": scope.text, "runs": scope.runs, "since": scope.since},
         "nodes_judged": scope.nodes,
         "policy": policy,
         "regressions": [{**asdict(r), "night_utc": stamp(r.night)} for r in found],

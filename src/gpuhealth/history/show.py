@@ -16,11 +16,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
+
 from gpuhealth.families.history import metrics
 from gpuhealth.history import morning, plots
 from gpuhealth.history.morning import COUNTER_RULES, DRIFT_RULES, Summary, number, stamp
 from gpuhealth.history.run import DEFAULT_STORE, POLICIES, missing_store
-from gpuhealth.history.store import Store, StoreError
+from gpuhealth.history.store import Store, StoreError, describe, engine_url
 
 SUBCOMMANDS = ("regressions", "prune", "pin")
 EXIT_OK, EXIT_REGRESSED, EXIT_USAGE = 0, 1, 2
@@ -166,12 +169,36 @@ def metric_lines(summaries: list[Summary]) -> list[str]:
 
 
 def _open(spec: str) -> Store:
+    """The store `--history` names, which must exist: a SQLite file, or a database that holds
+    gpuhealth's tables (opening a store migrates it, which would create them)."""
     missing = missing_store(spec, Path.cwd())
     if missing is not None:
         raise UsageError(
             f"--history {spec}: no run store at {missing} (reading never creates one; the "
             "suite's --history-create starts one)"
         )
+    url = engine_url(spec, Path.cwd())
+    if not url.startswith("sqlite:"):
+        try:
+            engine = sa.create_engine(url)
+            try:
+                with engine.connect() as conn:
+                    found = sa.inspect(conn).has_table("runs")
+            finally:
+                engine.dispose()
+        except SQLAlchemyError as exc:
+            said = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+            raise StoreError(f"history store {describe(url)}: {said[0] if said else exc}") from None
+        except ModuleNotFoundError as exc:
+            raise StoreError(
+                f"history store {describe(url)}: the driver is not installed ({exc.name}); "
+                "for PostgreSQL: pip install 'gpuhealth[postgresql]'"
+            ) from None
+        if not found:
+            raise UsageError(
+                f"--history {describe(url)}: the database holds no run store (no gpuhealth "
+                "tables; reading never creates them, the suite's first run does)"
+            )
     return Store(spec)
 
 
