@@ -19,7 +19,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from gpuhealth.junit_results import JUnitResults
 from gpuhealth.reporter import Reporter
 from gpuhealth.results import Status
 from gpuhealth.shards import Shard
+from gpuhealth.sinks import Record
 from gpuhealth.targets import Target, gpu_param, live_targets, offline_targets
 from gpuhealth.transport import ProbeError, run_probe
 
@@ -195,7 +196,7 @@ class RunState:
     allure: AllureResults | None = None
     junit: JUnitResults | None = None
     textfile_dir: Path | None = None  # --prometheus-textfile-dir (None on a collect-only run)
-    records: dict[str, dict[str, Any]] = field(default_factory=dict)  # by test id; see record()
+    records: dict[str, Record] = field(default_factory=dict)  # by test id; see record()
     levels: dict[Any, str | None] = field(default_factory=dict)  # test function -> its level
     _host: HostState | None = None
     book: reporting.VerdictBook = field(default_factory=reporting.VerdictBook)
@@ -261,34 +262,42 @@ class RunState:
         if self.allure is None:
             return None
         ref = self.allure.attach(body, name, kind)
-        record(item).setdefault("attachments", []).append(ref)
+        record(item).attach([ref])
         return ref
 
 
-def record(item: pytest.Item) -> dict[str, Any]:
-    """What a test tells the controller's Reporter: host, GPU, the finding, attachments.
+def record(item: pytest.Item) -> Record:
+    """What a test tells the controller's Reporter (gpuhealth.sinks.Record): host, GPU, the
+    finding, attachments, what its host measured.
 
     It travels on the test's teardown report as `report.gpuhealth` (xdist carries report
     attributes to the controller), not as user properties: those are copied into every
     JUnit test case, which at fleet scale costs more than judging the test.
     """
-    return run_state(item.config).records.setdefault(item.nodeid, {})
+    records = run_state(item.config).records
+    found = records.get(item.nodeid)
+    if found is None:
+        found = records[item.nodeid] = Record()
+    return found
 
 
 class RecordCarrier:
     """Puts each test's record on its teardown report, before xdist sends the report to the
     controller or the Reporter reads it, and forgets it (pytest keeps every report and item
-    to the end of the run). A plain hook: a makereport wrapper costs more per test."""
+    to the end of the run). A plain hook: a makereport wrapper costs more per test. On an
+    xdist worker the record goes as plain values (Record.wire), serialised once; in one
+    process the Reporter takes the record itself."""
 
-    def __init__(self, records: dict[str, dict[str, Any]]) -> None:
+    def __init__(self, records: dict[str, Record], worker: bool) -> None:
         self.records = records
+        self.worker = worker
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "teardown":
             found = self.records.pop(report.nodeid, None)
-            if found is not None:
-                report.__dict__["gpuhealth"] = found  # an extra field: xdist carries it
+            if found is not None:  # an extra field: xdist carries it
+                report.__dict__["gpuhealth"] = found.wire() if self.worker else found
 
 
 def redact(text: str) -> str:
@@ -441,7 +450,8 @@ def pytest_configure(config: pytest.Config) -> None:
         junit=_take_over_junit(config),
         textfile_dir=textfile,
     )
-    config.pluginmanager.register(RecordCarrier(config.stash[_STATE].records), "gpuhealth-records")
+    carrier = RecordCarrier(config.stash[_STATE].records, _is_worker(config))
+    config.pluginmanager.register(carrier, "gpuhealth-records")
     if not _is_worker(config):
         config.pluginmanager.register(Reporter(config.stash[_STATE]), "gpuhealth-reporter")
         if config.pluginmanager.hasplugin("xdist"):
@@ -596,9 +606,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     slot = _slot_of(item)
     if slot is not None:
         found = record(item)
-        found["host"] = slot.host
-        if slot.index is not None:
-            found["gpu"] = slot.index
+        found.host, found.gpu = slot.host, slot.index
     function = getattr(item, "function", None)
     if function not in state.levels:  # the same for every test of a function: look once
         marker = item.get_closest_marker("level")
@@ -617,7 +625,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             if state.textfile_dir is not None:
                 from gpuhealth.integrations.prometheus import readings
 
-                record(item)["readings"] = readings(host.view())
+                record(item).readings = readings(host.view())
 
 
 # ---------------------------------------------------------------- fixtures
@@ -710,18 +718,20 @@ def _subject(item: pytest.Item, host: HostState, index: int | None) -> Subject:
     if host.failure is not None:
         failure = host.failure
         unreachable = isinstance(failure, ProbeError) and failure.unreachable
-        record(item)["unreachable" if unreachable else "error"] = str(failure)
+        if unreachable:
+            record(item).unreachable = str(failure)
+        else:
+            record(item).error = str(failure)
         # A fresh, short exception per test: the probe's traceback helps nobody 100 times over.
         if isinstance(failure, ProbeError):
             raise ProbeError(str(failure), failure.unreachable) from None
         raise FactsError(str(failure)) from None
     view = host.view()
     if view.no_nvidia and not view.expected_gpus:
-        record(item)["note"] = (
-            f"no NVIDIA GPU/driver on {view.host}; none expected, GPU checks skipped"
-        )
+        note = f"no NVIDIA GPU/driver on {view.host}; none expected, GPU checks skipped"
+        record(item).note = note
     elif view.limits.note:  # mixed GPUs, a tie, a refused match, a named profile of other GPUs
-        record(item)["note"] = view.limits.note
+        record(item).note = view.limits.note
     return Subject(view, index, item, host)
 
 
@@ -773,7 +783,7 @@ def with_active(slot: Slot | Subject, section: str) -> Subject:
             ref = state.attach(subject.item, f"{name}.log", redact(outcome.log), "text")
             host.evidence.setdefault(section, []).extend([ref] if ref else [])
     else:
-        record(subject.item).setdefault("attachments", []).extend(host.evidence.get(section, []))
+        record(subject.item).attach(host.evidence.get(section, []))
     facts = {**subject.view.facts, section: host.active[section][0]}
     view = NodeView(subject.view.host, facts, subject.view.limits, subject.view.state)
     if launched and state.keeps_measured:
@@ -785,10 +795,7 @@ def keep_measured(item: pytest.Item, found: dict[str, Any]) -> None:
     """Add what a host measured (gpuhealth.history.run.measured*) to the test's record, for
     the run store and the textfile: its rows, and its identity when the host's facts were
     read."""
-    kept = record(item).setdefault("history", {"rows": []})
-    kept["rows"] += found["rows"]
-    if "identity" in found:
-        kept["identity"] = found["identity"]
+    record(item).keep(found)
 
 
 def attach_json(slot: Slot | Subject, name: str, value: Any) -> None:
@@ -810,26 +817,21 @@ def judge(name: str, slot: Slot | Subject) -> None:
     finding = evaluate(chk, view, index)
     result = finding.result
     found = record(item)
-    found.update(
-        check=finding.check,
-        status=result.status.value,
-        message=result.message,
-        label=finding.label,
-        action=result.action.value,
-        advice=result.advice,
-        profile=view.limits.name,
-        node_state=view.node_state,
-        node_state_source=view.node_state_source,
-    )
+    found.check, found.status, found.message = finding.check, result.status.value, result.message
+    found.label, found.action, found.advice = finding.label, result.action.value, result.advice
+    found.profile = view.limits.name
+    found.node_state, found.node_state_source = view.node_state, view.node_state_source
     if result.regressions:
-        found["regressions"] = list(result.regressions)
+        found.regressions = list(result.regressions)
     if result.notes:
-        found["notes"] = list(result.notes)
-    if result.shared is not None:
-        found["shared"] = asdict(result.shared)
+        found.notes = list(result.notes)
+    found.shared = result.shared
     if index is not None:
         gpu = view.gpu(index) or {}
-        found.update((key, str(gpu[key])) for key in ("uuid", "serial") if gpu.get(key))
+        if gpu.get("uuid"):
+            found.uuid = str(gpu["uuid"])
+        if gpu.get("serial"):
+            found.serial = str(gpu["serial"])
     if result.status is Status.FAIL:
         pytest.fail(finding.text, pytrace=False)
     if result.status is Status.SKIP:

@@ -258,7 +258,7 @@ def _finish(
 ) -> None:
     """Each node's part to the verdicts (the `fleet` entry of the test's record), then the
     test's outcome: failed, skipped (nothing was judged) or passed."""
-    record(item)["fleet"] = findings
+    record(item).fleet = findings
     if failure:
         pytest.fail(failure, False)
     if skip:

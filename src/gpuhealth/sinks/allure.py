@@ -1,0 +1,126 @@
+"""Allure results (`--alluredir`): one result per test, written as it ends
+(gpuhealth.allure_results), the fleet overview and trend plot at the end."""
+
+from __future__ import annotations
+
+import time
+
+from gpuhealth import registry
+from gpuhealth import report as reporting
+from gpuhealth.allure_results import BROKEN, FAILED, PASSED, SKIPPED, AllureResults, Case
+from gpuhealth.history.run import History
+from gpuhealth.history.show import trends_png
+from gpuhealth.history.store import StoreError
+from gpuhealth.results import Action, Status
+from gpuhealth.sinks import FinishedTest, Record, RunEnd, RunInfo, SinkError, check_of
+
+TREND_DAYS = 30  # the span of the history plot the Allure report carries
+
+
+class AllureSink:
+    """Each test's result with the labels a fleet is filtered by; the run's summary, overview
+    page and trend plot as the report's environment and attachments."""
+
+    name = "Allure results"
+    fails_run = False
+
+    def open(self, run: RunInfo) -> bool:
+        if run.allure is None:
+            return False
+        self.allure: AllureResults = run.allure
+        self.level = run.level
+        self.history: History = run.history
+        return True
+
+    def host(self, host: str, record: Record) -> None:
+        """Nothing: the facts are attached by the test that reads them."""
+
+    def outcome(self, test: FinishedTest) -> None:
+        self.allure.write(case(test))
+
+    def close(self, end: RunEnd) -> None:
+        problems = []
+        trends = None
+        if end.history_run is not None:
+            store = self.history.store()
+            try:
+                trends = trends_png(store, time.time() - TREND_DAYS * 86400) if store else None
+            except StoreError as exc:
+                problems.append(f"no trend plot in the Allure report: {exc}")
+        summary = reporting.FleetSummary.of(end.verdicts)
+        self.allure.finish(
+            [*summary.metadata(), ("level", self.level)],
+            reporting.overview_html(end.verdicts, "gpuhealth fleet overview"),
+            trends,
+        )
+        problem = self.allure.close()
+        if problem:
+            problems.append(problem)
+        if problems:
+            raise SinkError("; ".join(problems))
+
+
+def case(test: FinishedTest) -> Case:
+    """The Allure result of a finished test: suites host > family > GPU, and the labels a
+    fleet is filtered by (check, severity, profile, GPU serial and UUID)."""
+    nodeid, record = test.nodeid, test.record
+    check = check_of(nodeid)
+    chk = registry.checks().get(check)
+    host, gpu = record.host, record.gpu
+    family = nodeid.partition("::")[0].rpartition("/")[2]
+    labels = [
+        ("parentSuite", host or "fleet"),
+        ("suite", chk.group if chk else family.removeprefix("test_").removesuffix(".py")),
+        ("check", check),
+        ("severity", chk.severity if chk else "normal"),
+    ]
+    params = []
+    if host is not None:
+        labels.append(("host", host))
+        params.append(("gpuhealth_host", host))
+    if gpu is not None:
+        labels += [("subSuite", f"gpu{gpu}"), ("gpu", str(gpu))]
+        params.append(("gpu", str(gpu)))
+    for key in ("profile", "node_state", "uuid", "serial"):
+        value = getattr(record, key)
+        if value:
+            labels.append((key, value))
+    if record.status in (Status.FAIL.value, Status.WARN.value):
+        labels.append(("action", record.action or Action.NONE.value))
+    if record.status == Status.WARN.value:
+        labels.append(("tag", "WARN"))
+    status, message, trace = _status(test)
+    return Case(
+        nodeid=nodeid,
+        name=nodeid.rpartition("::")[2],
+        status=status,
+        message=message,
+        trace=trace,
+        start_ms=test.start_ms,
+        stop_ms=test.stop_ms,
+        labels=labels,
+        parameters=params,
+        description=chk.summary if chk else "",
+        attachments=record.attachments or [],
+    )
+
+
+def _status(test: FinishedTest) -> tuple[str, str, str]:
+    """Allure's status, message and trace for a finished test: the check's FAIL is `failed`,
+    a test that could not run (host unreachable, broken facts, a bug) is `broken`."""
+    record = test.record
+    if not test.when:
+        warned = record.status == Status.WARN.value
+        return PASSED, record.finding().text if warned else "", ""
+    if test.skipped:
+        return SKIPPED, test.longrepr, ""
+    if record.status == Status.FAIL.value:
+        return FAILED, test.longrepr, ""
+    if record.unreachable is not None:
+        return BROKEN, f"host unreachable: {record.unreachable}", ""
+    if record.error is not None:
+        return BROKEN, record.error, ""
+    return BROKEN, test.last_line(), test.trace
+
+
+SINK = AllureSink

@@ -1,0 +1,41 @@
+"""verdicts.json: one entry per node, for dashboards, drain scripts and `gpuhealth act`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuhealth import report as reporting
+from gpuhealth.sinks import FinishedTest, Record, RunEnd, RunInfo, SinkError
+
+
+class VerdictsSink:
+    """Written at the end of every run, even one cut short (`complete` says so)."""
+
+    name = "verdicts"
+    fails_run = False
+
+    def open(self, run: RunInfo) -> bool:
+        self.run = run
+        return True
+
+    def host(self, host: str, record: Record) -> None:
+        """Nothing: the verdicts come whole at the end."""
+
+    def outcome(self, test: FinishedTest) -> None:
+        """Nothing: the verdicts come whole at the end."""
+
+    def close(self, end: RunEnd) -> None:
+        path: Path = self.run.verdicts
+        extra = {
+            "hosts": self.run.hosts,
+            "source": "pytest",
+            "complete": end.complete,
+            "history": {"store": self.run.history.name, "run": end.history_run},
+        }
+        try:
+            reporting.write_json(end.verdicts, path, extra)
+        except OSError as exc:
+            raise SinkError(f"verdicts not written to {path}: {exc}") from None
+
+
+SINK = VerdictsSink
