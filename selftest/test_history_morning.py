@@ -130,11 +130,11 @@ def hot(host_hot: str, gpu: int, start: int, per_night: float = 0.0, step: float
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory) -> Fleet:
-    """Six nodes over ten nights; node04's gpu5 idles 20 C hotter from night 8 on."""
+    """Six nodes over ten nights; node05's gpu5 idles 20 C hotter from night 8 on."""
     base = tmp_path_factory.mktemp("fleet")
     found = Fleet(base, [f"node{n:02d}" for n in range(6)])
     for night in range(10):
-        found.night(T0 + night * DAY, hot("node04", 5, 8, step=20.0))
+        found.night(T0 + night * DAY, hot("node05", 5, 8, step=20.0))
     return found
 
 
@@ -158,9 +158,9 @@ def test_regressions_of_the_last_run_one_line_each_and_exit_by_policy(fleet, cap
     night = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(T0 + 9 * DAY))
     assert " ".join(row[:2]) == night
     assert row[2:10] == [
-        "node04",
+        "node05",
         "5",
-        "node04-SN5",
+        "node05-SN5",
         "idle_temperature_c",
         "[C]",
         "50",  # the value
@@ -178,9 +178,9 @@ def test_regressions_as_json(fleet, capsys):
     assert doc["nodes_judged"] == 6 and doc["policy"] == "fail"
     (entry,) = doc["regressions"]
     assert {k: entry[k] for k in ("host", "gpu", "serial", "metric", "unit", "key")} == {
-        "host": "node04",
+        "host": "node05",
         "gpu": 5,
-        "serial": "node04-SN5",
+        "serial": "node05-SN5",
         "metric": "idle_temperature_c",
         "unit": "C",
         "key": "regression_idle_temp_rise_c",
@@ -235,8 +235,8 @@ def test_an_unknown_host_or_subcommand_is_a_usage_error_naming_what_exists(fleet
     assert status == 2 and out == ""
     assert "'show' is neither a subcommand (regressions, prune, pin) nor a host" in err
     assert "node00, node01" in err
-    status, _, err = run_cli(capsys, "node4", "--history", fleet.spec)
-    assert status == 2 and "hosts like it: node04" in err
+    status, _, err = run_cli(capsys, "node5", "--history", fleet.spec)
+    assert status == 2 and "hosts like it: node05" in err
     assert run_cli(capsys, "pin", "nodeX", "--history", fleet.spec)[0] == 2
 
 
@@ -252,26 +252,26 @@ def test_a_store_that_does_not_exist_is_a_usage_error(tmp_path, capsys):
 
 
 def test_a_node_is_shown_regressions_first_one_line_per_metric(fleet, capsys):
-    status, out, _ = run_cli(capsys, "node04", "--history", fleet.spec)
+    status, out, _ = run_cli(capsys, "node05", "--history", fleet.spec)
     assert status == 0
     lines = out.splitlines()
     assert len(lines) < 40, out  # was about 135 lines per node
-    assert lines[0].startswith("node04: 10 nights measured, 2026-09-21 ")
+    assert lines[0].startswith("node05: 10 nights measured, 2026-09-21 ")
     assert lines[2].startswith("regressions since ") and lines[2].endswith(": 2")
-    assert "node04-SN5" in lines[4] and "idle_temperature_c" in lines[4]
+    assert "node05-SN5" in lines[4] and "idle_temperature_c" in lines[4]
     temp = next(line for line in lines if line.startswith("idle_temperature_c [C]"))
     assert "8 GPUs" in temp and "30..50" in temp
-    assert "gpu5 node04-SN5: 50 (reference 30, rolling 30" in temp
+    assert "gpu5 node05-SN5: 50 (reference 30, rolling 30" in temp
     still = next(line for line in lines if line.startswith("no growth over the nights shown:"))
     assert "ecc_uncorrected_aggregate" in still
     assert "e+09" not in out  # no stamp in exponent notation
     # Per night on request, the columns to the second.
-    status, out, _ = run_cli(capsys, "node04", "--gpu", "5", "--last", "3", "--history", fleet.spec)
-    table = out.split("node04 gpu5 (node04-SN5)")[1].splitlines()
+    status, out, _ = run_cli(capsys, "node05", "--gpu", "5", "--last", "3", "--history", fleet.spec)
+    table = out.split("node05 gpu5 (node05-SN5)")[1].splitlines()
     assert len(table[1].split()) == 1 + 2 * 3
     assert table[1].split()[-1] == time.strftime("%H:%M:%S", time.gmtime(T0 + 9 * DAY))
     # Where the kernel log reading ended is a time, shown as one (it once read 1.79091e+09).
-    out = run_cli(capsys, "node04", "--last", "3", "--history", fleet.spec)[1]
+    out = run_cli(capsys, "node05", "--last", "3", "--history", fleet.spec)[1]
     until = next(line for line in out.splitlines() if line.startswith("kernel_log_until"))
     assert re.fullmatch(r"kernel_log_until(\s+\d\d-\d\d \d\d:\d\d:\d\d){3}", until), until
 
@@ -305,12 +305,12 @@ def test_the_fleet_plot_draws_the_band_the_worst_and_the_limits(fleet):
     assert axis.get_ylabel() == "idle temperature (C)"
     assert axis.get_title() == "idle_temperature_c: 3 worst of 48 series"
     labels = [t.get_text() for t in axis.get_legend().get_texts()]
-    # The hot GPU is drawn, whatever its place in the alphabet.
-    assert "node04 gpu5" in labels
+    # The hot GPU is drawn, though the last node's (the first 40 series by name once were).
+    assert "node05 gpu5" in labels
     assert {"fleet median", "fleet 10th-90th percentile", "fleet reference"} <= set(labels)
     assert "beyond the limit (regression_idle_temp_rise_c)" in labels
     assert "regression reported (2)" in labels
-    hot_line = next(line for line in axis.get_lines() if line.get_label() == "node04 gpu5")
+    hot_line = next(line for line in axis.get_lines() if line.get_label() == "node05 gpu5")
     assert list(hot_line.get_ydata())[-3:] == [30.0, 50.0, 50.0]
     marks = next(c for c in axis.collections if c.get_label() == "regression reported (2)")
     assert sorted(y for _, y in marks.get_offsets()) == [50.0, 50.0]
