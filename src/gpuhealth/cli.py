@@ -109,31 +109,8 @@ def _triage(args: argparse.Namespace) -> int:
     verdicts = book.finish()
     verdict = reporting.overall(verdicts)
     if args.json:
-        doc = {
-            "verdict": verdict,
-            "findings": [
-                {
-                    "check": o.check,
-                    "status": o.status,
-                    "host": o.host,
-                    "gpu": o.gpu,
-                    "message": f"{o.label}: {o.message}",
-                    "action": o.action,
-                    **({"advice": o.advice} if o.advice else {}),
-                    **({"evidence": _part(parts, o)} if _part(parts, o) else {}),
-                }
-                for o in outcomes
-            ],
-            "nodes": {
-                v.host: {
-                    "verdict": v.verdict,
-                    "actions": v.actions,
-                    "profile": chosen[v.host],
-                    "node_state": v.node_state,
-                }
-                for v in verdicts
-            },
-        }
+        document = reporting.VerdictDocument(verdicts, outcomes)
+        doc = document.findings_json(chosen, lambda o: _part(parts, o))
         print(json.dumps(doc, indent=2))
     else:
         for line in headers:

@@ -91,32 +91,18 @@ class LocalVerdict:
     @property
     def failures(self) -> list[reporting.Outcome]:
         """The outcomes that make the node unhealthy (FAIL, and checks that could not run)."""
-        return [o for o in self.outcomes if o.status in ("FAIL", "ERROR")]
+        return self.verdict_document().failures
+
+    def verdict_document(self) -> reporting.VerdictDocument:
+        """The judgement as every entry point's verdict document."""
+        return reporting.VerdictDocument(
+            [self.verdict], self.outcomes, self.checked_at, self.duration_s
+        )
 
     def document(self) -> dict[str, Any]:
         """The JSON answer of node-check --json and of the health service: `fail_count` and
         `failed_checks` as ft_launcher's client reads them, then the verdict and its reasons."""
-        return {
-            "fail_count": len(self.failures),
-            "failed_checks": [
-                {
-                    "check": o.check,
-                    "gpu": o.gpu,
-                    "message": f"{o.label}: {o.message}",
-                    "action": o.action,
-                }
-                for o in self.failures
-            ],
-            "verdict": self.verdict.verdict,
-            "host": self.host,
-            "node_state": self.node_state,
-            "node_state_source": self.node_state_source,
-            "reasons": self.verdict.reasons,
-            "actions": self.verdict.actions,
-            "warnings": [w["message"] for w in self.verdict.warnings],
-            "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.checked_at)),
-            "duration_s": round(self.duration_s, 3),
-        }
+        return self.verdict_document().node_json()
 
     def headline(self) -> str:
         """One line: the verdict and its first reason (NPD's message, a drain reason)."""

@@ -12,7 +12,8 @@ import html
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -60,12 +61,18 @@ class Outcome:
             result.advice,
         )
 
+    @property
+    def text(self) -> str:
+        """Its message after the host and GPU it names (the message alone where its label is
+        empty: an answer's own finding names no one)."""
+        return f"{self.label}: {self.message}" if self.label else self.message
+
     def entry(self) -> dict[str, Any]:
         """The outcome as listed under a node in verdicts.json."""
         return {
             "check": self.check,
             "gpu": self.gpu,
-            "message": f"{self.label}: {self.message}",
+            "message": self.text,
             "action": self.action,
             "advice": self.advice,
         }
@@ -326,17 +333,137 @@ def write_private(path: Path, text: str) -> None:
 
 
 def write_json(verdicts: list[NodeVerdict], path: Path, extra: dict[str, Any]) -> None:
-    """Write reports/verdicts.json: one entry per node, for dashboards and drain scripts."""
-    doc = {
-        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "overall": overall(verdicts),
-        "action_codes": {a.value: a.meaning for a in Action},
-        **extra,
-        "nodes": {
-            v.host: {k: val for k, val in asdict(v).items() if k != "host"} for v in verdicts
-        },
-    }
-    write_private(path, json.dumps(doc, indent=2) + "\n")
+    """Write reports/verdicts.json (VerdictDocument.run_json): one entry per node, for
+    dashboards and drain scripts; `extra` says what the run was (hosts, source, complete)."""
+    VerdictDocument(verdicts, run=extra).write(path)
+
+
+@dataclass
+class VerdictDocument:
+    """One judgement's verdicts as every entry point hands them out: built once from the
+    verdicts (and, where the caller lists them, every outcome), serialised for its reader.
+
+    `run_json` is verdicts.json (the suite, merged shards); `findings_json` is `gpuhealth
+    triage --json`; `node_json` is one node's answer (node-check --json, serve, a bundle),
+    with `fail_count` and `failed_checks` as ft_launcher's client reads them. `refused`
+    makes an answer that nothing vouches for (serve's: no verdict yet, too old, judging
+    again).
+    """
+
+    verdicts: list[NodeVerdict]
+    outcomes: list[Outcome] = field(default_factory=list)
+    checked_at: float | None = None  # when the judgement began (None: none made yet)
+    duration_s: float | None = None
+    run: dict[str, Any] = field(default_factory=dict)  # verdicts.json: hosts, source, complete
+
+    @property
+    def overall(self) -> str:
+        """The worst node verdict (NOT_CHECKED when no node was judged)."""
+        return overall(self.verdicts)
+
+    @property
+    def failures(self) -> list[Outcome]:
+        """The outcomes that make a node unhealthy (FAIL, and checks that could not run)."""
+        return [o for o in self.outcomes if o.status in ("FAIL", "ERROR")]
+
+    def run_json(self) -> dict[str, Any]:
+        """verdicts.json: the run, then every node's verdict and what led to it."""
+        return {
+            "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "overall": self.overall,
+            "action_codes": {a.value: a.meaning for a in Action},
+            **self.run,
+            "nodes": {
+                v.host: {k: val for k, val in asdict(v).items() if k != "host"}
+                for v in self.verdicts
+            },
+        }
+
+    def write(self, path: Path) -> None:
+        """Write verdicts.json (owner-only, atomically)."""
+        write_private(path, json.dumps(self.run_json(), indent=2) + "\n")
+
+    def findings_json(
+        self, profiles: dict[str, str], evidence: Callable[[Outcome], str | None]
+    ) -> dict[str, Any]:
+        """`gpuhealth triage --json`: the verdict, every finding (with the ticket part its
+        evidence came from) and each node's verdict, actions, profile and state."""
+        findings = []
+        for o in self.outcomes:
+            entry = {
+                "check": o.check,
+                "status": o.status,
+                "host": o.host,
+                "gpu": o.gpu,
+                "message": o.text,
+                "action": o.action,
+            }
+            if o.advice:
+                entry["advice"] = o.advice
+            source = evidence(o)
+            if source:
+                entry["evidence"] = source
+            findings.append(entry)
+        return {
+            "verdict": self.overall,
+            "findings": findings,
+            "nodes": {
+                v.host: {
+                    "verdict": v.verdict,
+                    "actions": v.actions,
+                    "profile": profiles[v.host],
+                    "node_state": v.node_state,
+                }
+                for v in self.verdicts
+            },
+        }
+
+    def node_json(self) -> dict[str, Any]:
+        """One node's answer: `fail_count` and `failed_checks` first, then the verdict, its
+        reasons, actions and warnings, and when it was judged (if it was)."""
+        (node,) = self.verdicts
+        failed = self.failures
+        doc: dict[str, Any] = {
+            "fail_count": len(failed),
+            "failed_checks": [
+                {"check": o.check, "gpu": o.gpu, "message": o.text, "action": o.action}
+                for o in failed
+            ],
+            "verdict": node.verdict,
+            "host": node.host,
+            "node_state": node.node_state,
+            "node_state_source": node.node_state_source,
+            "reasons": node.reasons,
+            "actions": node.actions,
+            "warnings": [w["message"] for w in node.warnings],
+        }
+        if self.checked_at is not None:
+            doc["checked_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.checked_at))
+        if self.duration_s is not None:
+            doc["duration_s"] = round(self.duration_s, 3)
+        return doc
+
+    @classmethod
+    def unjudged(cls, host: str, node_state: str | None, source: str | None) -> VerdictDocument:
+        """A node's document before any judgement: NOT_CHECKED, nothing found."""
+        node = NodeVerdict(host, "NOT_CHECKED", node_state=node_state, node_state_source=source)
+        return cls([node])
+
+    def refused(self, check: str, message: str, action: Action) -> VerdictDocument:
+        """This node's document with one more failed check (`check`, named by no label) saying
+        why nothing vouches for the node now: its verdict no better than NOT_CHECKED, the
+        message its first reason, `action` among its actions."""
+        (node,) = self.verdicts
+        verdict = node.verdict if ORDER[node.verdict] > ORDER["WARN"] else "NOT_CHECKED"
+        codes = {action.value, *node.actions}
+        closed = replace(
+            node,
+            verdict=verdict,
+            reasons=[message, *node.reasons],
+            actions=sorted(codes, key=lambda code: Action(code).rank),
+        )
+        why = Outcome(check, "ERROR", node.host, None, message, "", action.value)
+        return replace(self, verdicts=[closed], outcomes=[why, *self.outcomes])
 
 
 def _plural(count: int, noun: str) -> str:

@@ -66,6 +66,7 @@ from gpuhealth.facts import AUTO, IDLE, IN_USE
 from gpuhealth.integrations import kubelet, nodecheck
 from gpuhealth.local import LocalVerdict, Selection, judge_here, rejudged
 from gpuhealth.probe import command, state
+from gpuhealth.report import VerdictDocument
 from gpuhealth.results import Action
 from gpuhealth.targets import Target
 
@@ -147,42 +148,11 @@ class Answer:
         return json.dumps(self.document)
 
 
-def _unhealthy(document: dict[str, Any], message: str, action: Action) -> Answer:
+def _unhealthy(document: VerdictDocument, message: str, action: Action) -> Answer:
     """`document` with one more failed check saying why nothing vouches for the node now: a
     client that reads only `fail_count` must not take it for healthy either."""
-    finding = {"check": "serve", "gpu": None, "message": message, "action": action.value}
-    failed = [finding, *document.get("failed_checks", [])]
-    verdict = document.get("verdict", "NOT_CHECKED")
-    if verdict in HEALTHY:
-        verdict = "NOT_CHECKED"
-    closed = {
-        **document,
-        "fail_count": len(failed),
-        "failed_checks": failed,
-        "verdict": verdict,
-        "reasons": [message, *document.get("reasons", [])],
-        "actions": sorted({action.value, *document.get("actions", [])}, key=_action_rank),
-    }
-    return Answer(False, verdict, closed, message)
-
-
-def _action_rank(code: str) -> int:
-    return Action(code).rank
-
-
-def _document(host: str, node_state: str | None, source: str | None) -> dict[str, Any]:
-    """The answer's document when there is no verdict to give."""
-    return {
-        "fail_count": 0,
-        "failed_checks": [],
-        "verdict": "NOT_CHECKED",
-        "host": host,
-        "node_state": node_state,
-        "node_state_source": source,
-        "reasons": [],
-        "actions": [],
-        "warnings": [],
-    }
+    closed = document.refused("serve", message, action)
+    return Answer(False, closed.overall, closed.node_json(), message)
 
 
 # (state, why) of this node now, or (None, why) where nothing tells without NVML.
@@ -313,7 +283,7 @@ class Verdicts:
             )
             latest, failure, done_at = self._latest, self._failure, self._done_at
         current, why = self._state_now() if self._state_now else (None, None)
-        empty = _document(self.host, current, why)
+        empty = VerdictDocument.unjudged(self.host, current, why)
         if done_at is None:
             return _unhealthy(
                 empty,
@@ -337,7 +307,7 @@ class Verdicts:
         if failure is not None:
             return _unhealthy(empty, failure, Action.RERUN)
         assert latest is not None
-        document = latest.document()
+        document = latest.verdict_document()
         age = self._clock() - done_at
         if age > self.max_age_s:
             return _unhealthy(
@@ -348,10 +318,10 @@ class Verdicts:
             )
         verdict = latest.verdict.verdict
         if verdict in HEALTHY:
-            return Answer(True, verdict, document, "")
-        if document["fail_count"] == 0:  # NOT_CHECKED: nothing passed, nothing failed
+            return Answer(True, verdict, document.node_json(), "")
+        if not document.failures:  # NOT_CHECKED: nothing passed, nothing failed
             return _unhealthy(document, latest.headline(), Action.INSPECT)
-        return Answer(False, verdict, document, latest.headline())
+        return Answer(False, verdict, document.node_json(), latest.headline())
 
     def _in_use(self, idle: LocalVerdict, why: str) -> LocalVerdict:
         """The idle verdict's facts judged under in-use rules, kept as the latest verdict (with
@@ -402,7 +372,9 @@ def answer_now(verdicts: Verdicts, wait_s: float, remaining_s: float | None = No
     except Exception as exc:
         message = f"gpuhealth serve failed to answer: {type(exc).__name__}: {exc}"
         _log(f"{message}\n{traceback.format_exc().rstrip()}")
-        return _unhealthy(_document(verdicts.host, None, None), message, Action.RERUN)
+        return _unhealthy(
+            VerdictDocument.unjudged(verdicts.host, None, None), message, Action.RERUN
+        )
 
 
 @dataclass(frozen=True)

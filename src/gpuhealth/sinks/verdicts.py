@@ -33,7 +33,7 @@ class VerdictsSink:
             "history": {"store": self.run.history.name, "run": end.history_run},
         }
         try:
-            reporting.write_json(end.verdicts, path, extra)
+            reporting.VerdictDocument(end.verdicts, run=extra).write(path)
         except OSError as exc:
             raise SinkError(f"verdicts not written to {path}: {exc}") from None
 
