@@ -9,6 +9,7 @@ set, so bisection has a slow node to find.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -672,3 +673,36 @@ def test_multi_node_logs_from_the_scheduler_are_judged_per_node_group(tmp_path):
     assert slow.read_text() in kept.read_text()
     without = run_suite(tmp_path / "w", *common, *selected, env=standin_env(tmp_path))
     assert "with --nccl-log FILE" in without.messages()["test_nccl_multinode[fleet]"]
+
+
+def test_collect_yml_s_load_filters_plan_from_the_inventory_and_fail_without_a_report():
+    """playbooks/filter_plugins/gpuhealth_load.py: the task collect.yml runs on a node (the
+    inventory's nccl_tests_dir and GPU count, the controller's bound) and the document it
+    saves when the task gave no report (its timeout fired): every planned test failed."""
+    path = HERE.parent / "playbooks" / "filter_plugins" / "gpuhealth_load.py"
+    spec = importlib.util.spec_from_file_location("load_filters", path)
+    assert spec is not None and spec.loader is not None
+    filters = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(filters)
+    hostvars = {
+        "inventory_hostname": "node7",
+        "gpu_profile": "h100-sxm",
+        "gpu_count": 4,
+        "nccl_tests_dir": "/opt/nt",
+        "dcgm_installed": True,
+        "ansible_host": "10.0.0.7",
+    }
+    facts = healthy_h100()
+    call = filters.load_call(hostvars, facts, "standard", python="/usr/bin/python3")
+    assert call["argv"][:2] == ["/usr/bin/python3", "-c"]
+    assert [p["command"] for p in json.loads(call["stdin"])] == [
+        "/opt/nt/all_reduce_perf -b 8 -e 16G -f 2 -g 4",
+        "dcgmi diag -r 2 -j",
+    ]
+    assert call["timeout_s"] == 60 + (600 + 15) + (360 + 15)
+    timed_out = {"failed": True, "msg": "The task timed out after 1050 seconds", "stdout": ""}
+    doc = filters.with_load(facts, hostvars, "standard", timed_out)
+    assert doc["load_level"] == "standard"
+    for section in ("nccl", "dcgm"):
+        assert doc[section]["error"].startswith("the load tests on the node gave no report: The")
+    assert filters.with_load(facts, hostvars, "quick", {"skipped": True})["load_level"] == "quick"
