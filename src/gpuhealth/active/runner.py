@@ -70,8 +70,8 @@ def run_on(host: Any, command: str, timeout_s: float) -> Outcome:
         detail = getattr(result, "stderr", None) or str(exc)
         return Outcome(command, None, "", "", duration, f"connection failed: {detail}"[:500])
     duration = round(time.monotonic() - started, 3)
-    error = stopped(result.rc, duration, limit)
-    return Outcome(command, result.rc, result.stdout, result.stderr, duration, error, bool(error))
+    killed = stopped(result.rc, duration, limit)
+    return Outcome(command, result.rc, result.stdout, result.stderr, duration, killed, bool(killed))
 
 
 def shell_args(text: str, key: str) -> str:
