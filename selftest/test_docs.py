@@ -124,7 +124,15 @@ def test_the_walkthrough_writes_a_whole_family():
     assert sorted(files) == [
         *(
             f"src/gpuhealth/families/clock/{name}.py"
-            for name in ("__init__", "checks", "family", "limits", "parse_clocksource", "probe")
+            for name in (
+                "__init__",
+                "checks",
+                "family",
+                "limits",
+                "parse_clocksource",
+                "probe",
+                "schema",
+            )
         ),
         "tests/test_clock.py",
     ]

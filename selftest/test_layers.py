@@ -79,7 +79,13 @@ def breaches(modules: list[str], allowed: tuple[str, ...]) -> list[str]:
     ]
 
 
-NEUTRAL = ("gpuhealth", "gpuhealth.facts", "gpuhealth.parsing", "gpuhealth.families")
+NEUTRAL = (
+    "gpuhealth",
+    "gpuhealth.facts",
+    "gpuhealth.parsing",
+    "gpuhealth.families",
+    "gpuhealth.schema",  # the language the families' schema.py files are written in
+)
 # The controller's floor (redact: secrets masked in a bundle's text).
 BASE = ("gpuhealth.results", "gpuhealth.limits", "gpuhealth.deadline", "gpuhealth.redact")
 # What runs on the node. Everything else is the controller's.
@@ -92,7 +98,7 @@ NODE = (
     "gpuhealth.probe.state",
     "gpuhealth.families.*.probe",
     "gpuhealth.families.*.parse_*",
-    "gpuhealth.families.gpu.schema",
+    "gpuhealth.families.*.schema",
     "gpuhealth.families.gpu.nvml",
     "gpuhealth.families.fabric.sysfs",
     *(f"gpuhealth.families.{family}" for family in NAMES),
@@ -109,6 +115,7 @@ JUDGING = (
     "gpuhealth.families.*.metrics",  # what each family measures, read from its facts
     "gpuhealth.families.fabric.topology",  # GPU-to-NIC levels from recorded PCI positions
     "gpuhealth.families.gpu.compare",  # the probe's two GPU paths side by side (bundles)
+    "gpuhealth.schema_doc",  # docs/facts-schema.md, from the families' declarations
 )
 RUNNING = (  # what probes, launches, schedules and reports
     "gpuhealth.history*",  # the run store and its migrations

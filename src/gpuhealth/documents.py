@@ -1,20 +1,24 @@
 """Facts documents coming in from outside: the probe's answer, saved files, older versions.
 
-A document is validated (pydantic) before any check reads it, so a garbled or hand-edited
-file is one clear error for its host, never a crash inside a check. Documents of
-schema_version 2 (gpuhealth 0.1) are upgraded, so last month's saved facts can still be
-re-judged.
+A document is validated before any check reads it, so a garbled or hand-edited file is one
+clear error for its host naming the field, never a crash inside a check. The pydantic models it
+is validated with are built from what the families declare in their schema.py files (and the
+document's own keys, gpuhealth.schema.CORE_SECTIONS): a new family's section is validated as
+soon as it declares it. Documents of schema_version 2 (gpuhealth 0.1) are upgraded, so last
+month's saved facts can still be re-judged.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from gpuhealth import schema
 from gpuhealth.facts import SCHEMA_VERSION, skipped
 from gpuhealth.limits import Signed
 
@@ -26,444 +30,86 @@ MAX_BYTES = 64 * 1024 * 1024
 INT64 = 2**63
 MAX_TEXT = 64 * 1024  # a kernel-log sample, an error text: far shorter
 MAX_DEPTH = 32  # a real document nests 8 deep (gpus.N.nvlink_errors.links.N.replay.unavailable)
-# Identities the run store keeps in bounded columns (its gpus and nodes tables).
-Id64 = Annotated[StrictStr, Field(max_length=64)]
 
 
 class FactsError(ValueError):
     """A facts document that cannot be used; the message names its source and the problem."""
 
 
-Number = Signed
-
-
 class _Record(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
 
-Count = Annotated[StrictInt, Field(ge=0)]
-
-
-class LostCall(_Record):
-    """The call NVML answered NVML_ERROR_GPU_IS_LOST for a GPU (a GPU record's `lost`)."""
-
-    call: StrictStr
-    error: StrictStr
-
-
-Text = StrictStr | None
-Int = StrictInt | None
-Flag = StrictBool | None
-Value = Number | None
-Reasons = dict[str, dict[str, Any]]  # a record's `unavailable`: field -> {kind, detail}
-
-
-class EccGroup(_Record):
-    """Volatile or aggregate ECC counts; a count that is null says why under `unavailable`."""
-
-    corrected: Count | None = None
-    uncorrected: Count | None = None
-    sram_corrected: Count | None = None
-    sram_uncorrected: Count | None = None
-    dram_corrected: Count | None = None
-    dram_uncorrected: Count | None = None
-    unavailable: Reasons = {}
-
-
-class ClockReasons(_Record):
-    """The clock event (throttle) reasons active on a GPU."""
-
-    active: list[StrictStr] | None = None
-    mask: Int = None
-    unavailable: Reasons = {}
-
-
-class CounterReads(_Record):
-    """One NVLink error counter read twice."""
-
-    first: Count | None = None
-    second: Count | None = None
-    unavailable: Reasons = {}
-
-
-class LinkCounters(_Record):
-    """One link's error counters (each counter a CounterReads, kept as extra fields)."""
-
-    link: StrictInt
-    unavailable: Reasons = {}
-    __pydantic_extra__: dict[str, CounterReads | None]
-
-
-class NvlinkErrors(_Record):
-    """A GPU's NVLink error counters, read `window_s` apart."""
-
-    window_s: Value = None
-    links: list[LinkCounters] | None = None
-    unavailable: Reasons = {}
-
-
-class GpuFabric(_Record):
-    """The GPU's NVLink fabric (clique, cluster, health)."""
-
-    state: Text = None
-    status: Text = None
-    clique_id: Int = None
-    cluster_uuid: Text = None
-    health: dict[str, StrictStr | StrictBool | Reasons | None] | None = None
-    unavailable: Reasons = {}
-
-
-class GpuRecord(_Record):
-    """The fields of a GPU record the checks compute with, typed; the rest is kept as is."""
-
-    index: StrictInt = Field(ge=0)
-    name: Annotated[StrictStr, Field(max_length=128)] | None = None
-    uuid: Id64 | None = None
-    serial: Id64 | None = None
-    pci_bus_id: StrictStr | None = None
-    architecture: Text = None
-    vbios_version: Id64 | None = None
-    persistence_mode: StrictBool | None = None
-    memory_total_mib: Number | None = None
-    memory_used_mib: Number | None = None
-    temperature_c: Number | None = None
-    temp_slowdown_c: Number | None = None
-    power_draw_w: Number | None = None
-    power_limit_w: Number | None = None
-    performance_state: Annotated[StrictStr, Field(pattern=r"^P([0-9]|1[0-5])$")] | None = None
-    utilization_gpu_pct: Annotated[StrictInt, Field(ge=0, le=100)] | None = None
-    recovery_action: StrictInt | None = None
-    ecc: dict[str, EccGroup | None] | None = None
-    retired_pages: dict[str, Count | StrictBool | None] | None = None
-    remapped_rows: dict[str, Count | StrictBool | None] | None = None
-    pcie: dict[str, Count | None] | None = None
-    clock_event_reasons: ClockReasons | None = None
-    nvlink: list[dict[str, Any]] | None = None
-    nvlink_errors: NvlinkErrors | None = None
-    fabric: GpuFabric | None = None
-    processes: list[dict[str, Any]] | None = None
-    lost: Literal[False] | LostCall | None = None
-    unavailable: Reasons = {}
-
-
-class _Section(_Record):
-    """A facts section: its fields, or `{"skipped": why}` where it does not apply."""
-
-    skipped: Text = None
-    unavailable: Reasons = {}
-
-
-class NumaNode(_Record):
-    """A NUMA node as the kernel or numactl lists it."""
-
-    node: StrictInt
-    cpus: Text = None
-    cpu_count: Count | None = None
-
-
-class Numactl(_Record):
-    """`numactl --hardware`: whether it ran and what it printed."""
-
-    available: Flag = None
-    rc: Int = None
-    error: Text = None
-    hardware: _NumactlHardware | None = None
-
-
-class _NumactlHardware(_Record):
-    available_nodes: Count
-    nodes: list[NumaNode]
-    distances: list[list[Count]] | None = None
-
-
-class Disk(_Record):
-    """A path's filesystem space."""
-
-    path: StrictStr
-    total_bytes: Count | None = None
-    free_bytes: Count | None = None
-    unavailable: Reasons = {}
-
-
-class System(_Section):
-    """The `system` section (CPUs, memory, NUMA, disks, limits, modules, services)."""
-
-    numa_nodes: list[NumaNode] | None = None
-    gpu_numa_nodes: dict[str, Int] | None = None
-    numactl: Numactl | None = None
-    cpus_online: Count | None = None
-    cpus_present: Count | None = None
-    cpus_usable: Count | None = None
-    memory_total_kb: Count | None = None
-    memory_available_kb: Count | None = None
-    disks: list[Disk] | None = None
-    memlock_kb: dict[str, Count | StrictStr | None] | None = None
-    kernel_modules: list[StrictStr] | None = None
-    services: dict[str, Text] | None = None
-
-
-class StoragePath(_Record):
-    """One configured storage path as the probe found it."""
-
-    path: StrictStr
-    ok: Flag = None
-    error: Text = None
-    timed_out: Flag = None
-    elapsed_s: Value = None
-    kind: Text = None
-    entries: Count | None = None
-    bytes_read: Count | None = None
-    free_gb: Value = None
-    wrote: Flag = None
-
-
-class Mount(_Record):
-    """One network filesystem mount."""
-
-    mountpoint: StrictStr
-    device: Text = None
-    fstype: Text = None
-    ok: Flag = None
-    error: Text = None
-    timed_out: Flag = None
-    elapsed_s: Value = None
-
-
-class Storage(_Section):
-    """The `storage` section."""
-
-    timeout_s: Value = None
-    mount_types: list[StrictStr] | None = None
-    paths: list[StoragePath] | None = None
-    mounts: list[Mount] | None = None
-    lustre_health_check: Text = None
-
-
-class LogGroup(_Record):
-    """Kernel-log events of one kind, code and device, counted."""
-
-    kind: StrictStr
-    bus_id: Text
-    code: Int
-    count: Annotated[StrictInt, Field(ge=1)]
-    first: Text
-    first_uptime_s: Value
-    last: Text
-    last_uptime_s: Value
-    sample: StrictStr
-
-
-class LogEvent(_Record):
-    """One kernel-log event."""
-
-    kind: StrictStr
-    time: Text
-    uptime_s: Value
-    bus_id: Text = None
-    code: Int = None
-    text: StrictStr
-
-
-class KernelLog(_Section):
-    """The `kernel_log` and `fabric_manager` sections."""
-
-    source: Text = None
-    window_h: Value = None
-    since: Text = None
-    until: Text = None
-    until_uptime_s: Value = None
-    notes: list[StrictStr] | None = None
-    counts: list[LogGroup] | None = None
-    events: list[LogEvent] | None = None
-    dropped: Count | None = None
-
-
-class ReclaimGpu(_Record):
-    """One GPU's memory before and after the reclaim wait."""
-
-    index: StrictInt
-    used_mib: Value = None
-    initial_used_mib: Value = None
-    total_mib: Value = None
-    processes: list[dict[str, Any]] | None = None
-    unavailable: Reasons = {}
-
-
-class Reclaim(_Section):
-    """The `memory_reclaim` section."""
-
-    threshold_mib: Value = None
-    wait_s: Value = None
-    poll_s: Value = None
-    waited_s: Value = None
-    polls: Count | None = None
-    error: Text = None
-    gpus: list[ReclaimGpu] | None = None
-
-
-class GpudState(_Record):
-    """One GPUd health state."""
-
-    component: StrictStr
-    name: Text = None
-    health: Text = None
-    reason: Text = None
-    error: Text = None
-    repair_actions: list[StrictStr] | None = None
-
-
-class GpudEvent(_Record):
-    """One GPUd event."""
-
-    component: StrictStr
-    time: Text = None
-    name: Text = None
-    type: Text = None
-    message: Text = None
-    unknown: Flag = None
-
-
-class Gpud(_Section):
-    """The `gpud` and `gpud_events` sections."""
-
-    address: Text = None
-    healthz: dict[str, Any] | None = None
-    states: list[GpudState] | None = None
-    events: list[GpudEvent] | None = None
-
-
-class DcgmResult(_Record):
-    """One result of a DCGM diagnostic test."""
-
-    gpus: list[StrictInt]
-    entity: Text
-    status: Text
-    info: list[StrictStr] = []
-    warnings: list[StrictStr] = []
-
-
-class DcgmTest(_Record):
-    """One DCGM diagnostic test and its results."""
-
-    name: StrictStr
-    summary: Text = None
-    results: list[DcgmResult]
-
-
-class DcgmDiag(_Record):
-    """`dcgmi diag -j`, parsed."""
-
-    runtime_error: Text = None
-    tests: list[DcgmTest]
-
-
-class NcclPlace(_Record):
-    """One row's out-of-place or in-place result."""
-
-    time_us: Value = None
-    algbw_gbps: Value = None
-    busbw_gbps: Value = None
-    wrong: Count | None = None
-
-
-class NcclRow(_Record):
-    """One row of an nccl-tests table."""
-
-    size: Count
-    out_of_place: NcclPlace | None = None
-    in_place: NcclPlace | None = None
-
-
-class NcclRun(_Record):
-    """An nccl-tests log, parsed."""
-
-    hosts: list[StrictStr] | None = None
-    rows: list[NcclRow]
-
-
-class ActiveRun(_Section):
-    """The `nccl` and `dcgm` sections a load test (or triage) adds."""
-
-    nodes: Int = None
-    error: Text = None
-    action: Text = None
-    advice: Text = None
-    run: NcclRun | None = None
-    diag: DcgmDiag | None = None
-
-
-Numactl.model_rebuild()
-
-
-class Driver(_Record):
-    """The `driver` section: whether the driver is loaded and its versions."""
-
-    loaded: Flag = None
-    version: Id64 | None = None
-    cuda_driver_version: Text = None
-    nvml_version: Text = None
-    unavailable: Reasons = {}
-
-
-class Port(_Record):
-    """An RDMA device's port: its state and error counters."""
-
-    port: StrictInt
-    state: Text = None
-    phys_state: Text = None
-    rate_gbps: Value = None
-    counters: dict[str, Count | None] | None = None
-    hw_counters: dict[str, Count | None] | None = None
-    unavailable: Reasons = {}
-
-
-class RdmaDevice(_Record):
-    """An RDMA device (EFA, InfiniBand, RoCE) and its ports."""
-
-    name: Annotated[StrictStr, Field(max_length=64)]
-    driver: Text = None
-    fw_ver: Id64 | None = None
-    ports: list[Port] | None = None
-    unavailable: Reasons = {}
-
-
-class Fabric(_Section):
-    """The `fabric` section: RDMA devices, the GPUs' PCI placement, fi_info."""
-
-    devices: list[RdmaDevice] | None = None
-    fi_info: dict[str, Any] | None = None
-
-
-class Pci(_Record):
-    """The `pci` section: the NVIDIA GPUs on the bus, driver or not."""
-
-    nvidia_gpus: list[StrictStr] | None = None
-    device_nodes: Count | None = None
-    unavailable: Reasons = {}
-
-
-class FactsDocument(_Record):
-    """The top level of a facts document (docs/facts-schema.md)."""
-
-    schema_version: Literal[3]
-    source: StrictStr
-    host: dict[str, Any] | None = None
-    errors: list[dict[str, Any]] = []
-    driver: Driver | None = None
-    pci: Pci | None = None
-    gpu_count: StrictInt | None = Field(None, ge=0)
-    gpus: list[GpuRecord] | None = None
-    system: System | None = None
-    fabric: Fabric | None = None
-    storage: Storage | None = None
-    kernel_log: KernelLog | None = None
-    fabric_manager: KernelLog | None = None
-    memory_reclaim: Reclaim | None = None
-    gpud: Gpud | None = None
-    gpud_events: Gpud | None = None
-    dcgm_health: _Section | None = None
-    nccl: ActiveRun | None = None
-    dcgm: ActiveRun | None = None
+def _annotation(kind: schema.Type) -> Any:
+    """The pydantic type of a declared type (strict: no "75" for 75, no 1 for true)."""
+    if isinstance(kind, schema.Record):
+        return _model(kind)
+    if kind.kind == "list":
+        return list[_annotation(kind.of[0])]  # type: ignore[misc]
+    if kind.kind == "map":
+        return dict[str, _annotation(kind.of[0])]  # type: ignore[misc]
+    if kind.kind == "oneof":
+        return Union[tuple(_annotation(t) for t in kind.of)]
+    if kind.kind == "literal":
+        return None if kind.value is None else Literal[kind.value]
+    base = _SCALARS[kind.kind]
+    bounds = {
+        name: getattr(kind, name)
+        for name in ("ge", "le", "max_length", "pattern")
+        if getattr(kind, name) is not None
+    }
+    return Annotated[base, Field(**bounds)] if bounds else base
+
+
+_SCALARS: dict[str, Any] = {
+    "text": StrictStr,
+    "integer": StrictInt,
+    "number": Signed,
+    "boolean": StrictBool,
+    "any": Any,
+}
+
+
+def _fields(fields: tuple[schema.Field, ...]) -> dict[str, Any]:
+    """Class attributes of a pydantic model: annotations and defaults of the declared fields.
+    A field that may be absent defaults to None (defaults are not validated: a non-nullable
+    field may be left out, never null)."""
+    annotations: dict[str, Any] = {}
+    defaults: dict[str, Any] = {}
+    for declared in fields:
+        kind = _annotation(declared.type)
+        annotations[declared.name] = Optional[kind] if declared.nullable else kind
+        if not declared.required:
+            defaults[declared.name] = None
+    return {"__annotations__": annotations, **defaults}
+
+
+@cache
+def _model(record: schema.Record) -> type[BaseModel]:
+    """The pydantic model of a declared record (unknown keys kept, typed as `extra` says)."""
+    body = _fields(record.fields)
+    if record.extra is not None:
+        body["__annotations__"]["__pydantic_extra__"] = dict[str, _annotation(record.extra)]  # type: ignore[misc]
+    body["__doc__"] = record.meaning
+    return type(record.name, (_Record,), body)
+
+
+def sections() -> tuple[tuple[schema.Section, str], ...]:
+    """Every top-level key of a facts document with the family that declares it: the probe's
+    own (gpuhealth.schema.CORE_SECTIONS, family ""), then the families' (their schema.py)."""
+    from gpuhealth.registry import families  # the registry imports the families' checks
+
+    found = [(section, "") for section in schema.CORE_SECTIONS]
+    found += [(section, family.name) for family in families() for section in family.schema]
+    return tuple(found)
+
+
+@cache
+def document_model() -> type[BaseModel]:
+    """The pydantic model of a whole facts document, built from the declarations."""
+    body = _fields(tuple(section.field for section, _ in sections()))
+    body["__doc__"] = "The top level of a facts document (docs/facts-schema.md)."
+    return type("FactsDocument", (_Record,), body)
 
 
 class Launch(_Record):
@@ -533,7 +179,7 @@ def validated(doc: Any, where: str) -> dict[str, Any]:
     if damage:
         raise FactsError(f"{where}: {damage}")
     try:
-        FactsDocument.model_validate(doc)
+        document_model().model_validate(doc)
         LoadResults.model_validate(doc)
     except ValidationError as exc:
         error = exc.errors()[0]

@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from gpuhealth import limits as limits_module
 from gpuhealth.checks import Check, CheckSet
 from gpuhealth.families import NAMES
 from gpuhealth.limits import FamilyLimits
 from gpuhealth.metrics import Measures, Metric, pattern
+from gpuhealth.schema import CORE_PROFILE_KEYS, Section, needs_order
 
 if TYPE_CHECKING:
     from gpuhealth.active.runner import ActiveContext, Run
@@ -72,15 +74,17 @@ class Family:
     markers: dict[str, str] = field(default_factory=dict)
     active: tuple[ActiveRun, ...] = ()
     metrics: Measures | None = None
+    schema: tuple[Section, ...] = ()
+    needs: tuple[str, ...] = ()
+    profile_keys: tuple[str, ...] = ()
 
 
-def declare(
-    package: str, title: str, sections: tuple[str, ...], markers: dict[str, str] | None = None
-) -> Family:
-    """A family from the modules of its folder, by convention: `checks.py` (CHECKS), and where
-    they exist `limits.py` (its FamilyLimits model), `evidence.py` (KINDS), `active.py` (RUNS)
-    and `metrics.py` (MEASURES: what it measures over time). family.py calls this with what
-    only it can say."""
+def declare(package: str, title: str, markers: dict[str, str] | None = None) -> Family:
+    """A family from the modules of its folder, by convention: `checks.py` (CHECKS),
+    `schema.py` (its facts SECTIONS, the families it NEEDS, the PROFILE_KEYS its node side
+    reads; the sections' names come from there), and where they exist `limits.py` (its
+    FamilyLimits model), `evidence.py` (KINDS), `active.py` (RUNS) and `metrics.py`
+    (MEASURES: what it measures over time). family.py calls this with what only it can say."""
 
     def part(name: str) -> Any:
         try:
@@ -105,17 +109,21 @@ def declare(
     if len(models) > 1:
         raise RuntimeError(f"{package}.limits declares {len(models)} limit models, not one")
     evidence, active, metrics = part("evidence"), part("active"), part("metrics")
+    schema = importlib.import_module(f"{package}.schema")
     return Family(
         name=package.rpartition(".")[2],
         title=title,
         checks=part("checks").CHECKS,
         limits=models[0] if models else None,
-        sections=sections,
+        sections=tuple(section.name for section in schema.SECTIONS),
         evidence=tuple(evidence.KINDS) if evidence else (),
         markers=dict(markers or {}),
         active=tuple(active.RUNS) if active else (),
         # The history family's metrics.py reads the others' measures and declares none.
         metrics=getattr(metrics, "MEASURES", None),
+        schema=tuple(schema.SECTIONS),
+        needs=tuple(schema.NEEDS),
+        profile_keys=tuple(schema.PROFILE_KEYS),
     )
 
 
@@ -129,7 +137,35 @@ def families() -> tuple[Family, ...]:
         if family.name != name or family.checks.family != name:
             raise RuntimeError(f"gpuhealth/families/{name}/family.py declares {family.name!r}")
         found.append(family)
+    _check_declarations(found)
     return tuple(found)
+
+
+def _check_declarations(found: list[Family]) -> None:
+    """What the families' schema.py files declare holds together: the families they need
+    exist and need no circle, and every profile key a node side reads is a key of the limits
+    (the controller resolves and sends those; the node refuses a family an undeclared one)."""
+    try:
+        needs_order({family.name: family.needs for family in found}, NAMES)
+    except ValueError as exc:
+        raise RuntimeError(f"gpuhealth/families/*/schema.py: {exc}") from None
+    # The run's and the shared keys (gpuhealth.limits), then every family's own.
+    known = {
+        key
+        for value in vars(limits_module).values()
+        if isinstance(value, type) and issubclass(value, FamilyLimits)
+        for key in value.model_fields
+    }
+    for family in found:
+        known.update(family.limits.model_fields if family.limits else ())
+    for name, keys in [("probe", CORE_PROFILE_KEYS)] + [
+        (family.name, family.profile_keys) for family in found
+    ]:
+        unknown = sorted(set(keys) - known)
+        if unknown:
+            raise RuntimeError(
+                f"the {name} probe declares profile keys no limits model has: {unknown}"
+            )
 
 
 @cache

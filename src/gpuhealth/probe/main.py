@@ -1,9 +1,9 @@
 """The probe's entry point: gather everything about one node into one facts document.
 
 Each family with a node side (`gpuhealth/families/<name>/probe.py`) fills its sections of the
-document, in the order of `gpuhealth.families.NAMES` (the GPU family first: the others may use
-what it found). A family that fails records its error and the next one still runs: the probe
-itself never fails.
+document, after the families it builds on (the `NEEDS` of its `schema.py`: the GPU family
+before those that use what it found), else in the order of `gpuhealth.families.NAMES`. A
+family that fails records its error and the next one still runs: the probe itself never fails.
 
 Node side: Python 3.6 and the standard library (plus nvidia-ml-py when importable).
 """
@@ -12,11 +12,12 @@ import importlib
 import json
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from gpuhealth.facts import IDLE, PROBE_VERSION, SCHEMA_VERSION
 from gpuhealth.families import NAMES
 from gpuhealth.probe import node, state
+from gpuhealth.schema import needs_order
 
 
 class Context:
@@ -44,6 +45,9 @@ class Context:
         self._hint = hint
         self._slurm_node = slurm_node
         self.gpu_source = gpu_source
+        # The family whose probe runs, and the profile keys it declares (None: no family).
+        self.family = ""
+        self.declared: Optional[Tuple[str, ...]] = None
 
     def left_s(self) -> Optional[float]:
         """Seconds left before the probe's deadline (None: no deadline)."""
@@ -62,7 +66,13 @@ class Context:
         return str(self.facts["node_state"]["state"])
 
     def setting(self, key: str) -> Any:
-        """A profile key's value; the controller always sends every key it resolved."""
+        """A profile key's value. The running family reads only the keys its schema.py
+        declares (PROFILE_KEYS), which the controller sends."""
+        if self.declared is not None and key not in self.declared:
+            raise KeyError(
+                f"the {self.family} family reads the profile key {key!r} without declaring "
+                "it (PROFILE_KEYS of its schema.py)"
+            )
         if key not in self.expect:
             raise KeyError(f"the probe was not given the profile key {key!r}")
         return self.expect[key]
@@ -73,6 +83,20 @@ class Context:
         if call:
             entry["call"] = call
         self.errors.append(entry)
+
+
+def probe_order(probes: Dict[str, Any]) -> List[str]:
+    """The families of `probes` (name -> probe module) in the order they run: each after the
+    families it needs (those with a probe: the others write nothing on the node)."""
+    needs: Dict[str, Tuple[str, ...]] = {}
+    for name in probes:
+        needs[name] = tuple(other for other in declaration(name).NEEDS if other in probes)
+    return needs_order(needs, list(probes))
+
+
+def declaration(name: str) -> Any:
+    """A family's `schema.py`: its sections, what it NEEDS, the PROFILE_KEYS it reads."""
+    return importlib.import_module("gpuhealth.families." + name + ".schema")
 
 
 def family_probe(name: str) -> Any:
@@ -123,20 +147,30 @@ def collect(config: Dict[str, Any]) -> Dict[str, Any]:
         config.get("slurm_node"),
         str(config.get("gpu_source") or "auto"),
     )
+    probes: Dict[str, Any] = {}
     for name in NAMES:
         try:
             module = family_probe(name)
         except Exception as exc:  # a module that does not even import: name it, go on
             ctx.error(name, f"cannot load the probe: {type(exc).__name__}: {exc}")
             continue
-        if module is None:
-            continue
+        if module is not None:
+            probes[name] = module
+    try:
+        order = probe_order(probes)
+    except Exception as exc:  # the controller's registry refuses a circle: only a bug is left
+        ctx.error("probe", f"cannot order the families: {type(exc).__name__}: {exc}")
+        order = list(probes)
+    for name in order:
+        module = probes[name]
         try:
+            ctx.family, ctx.declared = name, tuple(declaration(name).PROFILE_KEYS)
             doc.update(module.collect(ctx))
         except Exception as exc:  # a bug in one family must not cost the others
             ctx.error(name, f"{type(exc).__name__}: {exc}")
             for key in module.SECTIONS:
                 doc[key] = None
+    ctx.family, ctx.declared = "", None
     try:
         ctx.node_state()  # every document says which state its node was judged in
     except Exception as exc:

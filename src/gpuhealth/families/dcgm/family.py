@@ -3,5 +3,5 @@
 from gpuhealth.registry import declare
 
 FAMILY = declare(
-    __package__, "DCGM", ("dcgm_health", "dcgm"), {"dcgm": "DCGM diagnostic and health checks"}
+    __package__, "DCGM", {"dcgm": "DCGM diagnostic and health checks"}
 )

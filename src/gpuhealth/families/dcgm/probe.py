@@ -9,14 +9,15 @@ Node side: Python 3.6 and the standard library.
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from gpuhealth.facts import Unavailable, skipped, why
-from gpuhealth.families.dcgm import parse_dcgm
+from gpuhealth.families.dcgm import parse_dcgm, schema
 from gpuhealth.parsing import ParseError
 from gpuhealth.probe import command
+from gpuhealth.schema import written
 
 if TYPE_CHECKING:
     from gpuhealth.probe.main import Context
 
-SECTIONS = ("dcgm_health",)
+SECTIONS = written(schema.SECTIONS)
 ARGV = ["dcgmi", "health", "-c", "-j"]
 
 

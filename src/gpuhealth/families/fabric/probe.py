@@ -11,14 +11,15 @@ import shutil
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from gpuhealth.facts import why
-from gpuhealth.families.fabric import parse_fi_info, sysfs
+from gpuhealth.families.fabric import parse_fi_info, schema, sysfs
 from gpuhealth.parsing import ParseError
 from gpuhealth.probe import command, node
+from gpuhealth.schema import written
 
 if TYPE_CHECKING:
     from gpuhealth.probe.main import Context
 
-SECTIONS = ("fabric",)
+SECTIONS = written(schema.SECTIONS)
 CLASS_DIR = "/sys/class/infiniband"
 PCI_DEVICES_DIR = "/sys/bus/pci/devices"
 FI_INFO_ARGS = ("-p", "efa", "-t", "FI_EP_RDM")

@@ -2,4 +2,4 @@
 
 from gpuhealth.registry import declare
 
-FAMILY = declare(__package__, "GPUs", ("source", "driver", "gpu_count", "gpus"))
+FAMILY = declare(__package__, "GPUs")

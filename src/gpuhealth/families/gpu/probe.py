@@ -10,15 +10,16 @@ side: Python 3.6 and the standard library.
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from gpuhealth.facts import mark_unavailable
-from gpuhealth.families.gpu import nvml, parse_nvlink, parse_smi_xml
+from gpuhealth.families.gpu import nvml, parse_nvlink, parse_smi_xml, schema
 from gpuhealth.families.gpu.schema import new_driver
 from gpuhealth.parsing import ParseError
 from gpuhealth.probe import command, node
+from gpuhealth.schema import written
 
 if TYPE_CHECKING:
     from gpuhealth.probe.main import Context
 
-SECTIONS = ("source", "driver", "gpu_count", "gpus")
+SECTIONS = written(schema.SECTIONS)
 GPU_SOURCES = ("auto", "nvidia-smi")  # what a caller may ask for (the probe's `gpu_source`)
 
 

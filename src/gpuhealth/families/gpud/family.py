@@ -2,4 +2,4 @@
 
 from gpuhealth.registry import declare
 
-FAMILY = declare(__package__, "GPUd", ("gpud", "gpud_events"), {"gpud": "GPUd health checks"})
+FAMILY = declare(__package__, "GPUd", {"gpud": "GPUd health checks"})

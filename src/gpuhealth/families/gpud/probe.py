@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 from urllib.parse import urlsplit
 
 from gpuhealth.facts import Unavailable, skipped, why
-from gpuhealth.families.gpud import parse_gpud
+from gpuhealth.families.gpud import parse_gpud, schema
 from gpuhealth.parsing import ParseError
+from gpuhealth.schema import written
 
 if TYPE_CHECKING:
     from gpuhealth.probe.main import Context
 
-SECTIONS = ("gpud", "gpud_events")
+SECTIONS = written(schema.SECTIONS)
 # More than any GPUd answer: a day of events of a busy node is a few hundred KB.
 MAX_BODY_BYTES = 16 * 1024 * 1024
 # socket.timeout became an alias of TimeoutError only in Python 3.10.

@@ -9,6 +9,5 @@ from gpuhealth.registry import declare
 FAMILY = declare(
     __package__,
     "History",
-    ("history",),
     {"history": "regression checks against the run history (--history)"},
 )

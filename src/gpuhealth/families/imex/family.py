@@ -3,5 +3,5 @@
 from gpuhealth.registry import declare
 
 FAMILY = declare(
-    __package__, "IMEX", ("imex",), {"imex": "IMEX (multi-node NVLink memory domain) checks"}
+    __package__, "IMEX", {"imex": "IMEX (multi-node NVLink memory domain) checks"}
 )

@@ -11,15 +11,16 @@ import shutil
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from gpuhealth.facts import Unavailable, skipped, why
-from gpuhealth.families.imex import parse_addresses, parse_imex_ctl
+from gpuhealth.families.imex import parse_addresses, parse_imex_ctl, schema
 from gpuhealth.families.system import probe as system_probe
 from gpuhealth.parsing import ParseError
 from gpuhealth.probe import command, node
+from gpuhealth.schema import written
 
 if TYPE_CHECKING:
     from gpuhealth.probe.main import Context
 
-SECTIONS = ("imex",)
+SECTIONS = written(schema.SECTIONS)
 SERVICE = "nvidia-imex"
 CTL = ["nvidia-imex-ctl", "-N"]
 

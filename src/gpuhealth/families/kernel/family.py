@@ -2,4 +2,4 @@
 
 from gpuhealth.registry import declare
 
-FAMILY = declare(__package__, "Kernel log", ("kernel_log", "fabric_manager"))
+FAMILY = declare(__package__, "Kernel log")

@@ -16,13 +16,15 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from gpuhealth.facts import why
 from gpuhealth.families.kernel import parse_kernel_log as parser
+from gpuhealth.families.kernel import schema
 from gpuhealth.parsing import ParseError
 from gpuhealth.probe import command, node
+from gpuhealth.schema import written
 
 if TYPE_CHECKING:
     from gpuhealth.probe.main import Context
 
-SECTIONS = ("kernel_log", "fabric_manager")
+SECTIONS = written(schema.SECTIONS)
 FABRIC_MANAGER_LOG = "/var/log/fabricmanager.log"
 _MAX_LOG_BYTES = 32 * 1024 * 1024  # the tail of a fabric manager log that is read
 _MAX_KMSG_S = 5.0  # /dev/kmsg never blocks, but bound the loop anyway

@@ -2,4 +2,4 @@
 
 from gpuhealth.registry import declare
 
-FAMILY = declare(__package__, "NCCL", ("nccl",), {"nccl": "NCCL bandwidth checks (nccl-tests)"})
+FAMILY = declare(__package__, "NCCL", {"nccl": "NCCL bandwidth checks (nccl-tests)"})

@@ -2,4 +2,4 @@
 
 from gpuhealth.registry import declare
 
-FAMILY = declare(__package__, "NVLink fabric", ())
+FAMILY = declare(__package__, "NVLink fabric")

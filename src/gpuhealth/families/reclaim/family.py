@@ -2,4 +2,4 @@
 
 from gpuhealth.registry import declare
 
-FAMILY = declare(__package__, "Memory reclaim", ("memory_reclaim",))
+FAMILY = declare(__package__, "Memory reclaim")

@@ -14,12 +14,14 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, List
 
 from gpuhealth.facts import IN_USE, skipped, why
+from gpuhealth.families.reclaim import schema
 from gpuhealth.probe import nvml
+from gpuhealth.schema import written
 
 if TYPE_CHECKING:
     from gpuhealth.probe.main import Context
 
-SECTIONS = ("memory_reclaim",)
+SECTIONS = written(schema.SECTIONS)
 # What the probe still needs after the wait (the families after this one, the answer): the
 # wait ends this long before the probe's deadline, so a slow reclaim never kills the probe.
 DEADLINE_MARGIN_S = 10.0

@@ -2,4 +2,4 @@
 
 from gpuhealth.registry import declare
 
-FAMILY = declare(__package__, "Storage", ("storage",))
+FAMILY = declare(__package__, "Storage")

@@ -31,14 +31,15 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from gpuhealth.facts import why
-from gpuhealth.families.storage import parse_mounts
+from gpuhealth.families.storage import parse_mounts, schema
 from gpuhealth.parsing import ParseError
 from gpuhealth.probe.node import read_text, under
+from gpuhealth.schema import written
 
 if TYPE_CHECKING:
     from gpuhealth.probe.main import Context
 
-SECTIONS = ("storage",)
+SECTIONS = written(schema.SECTIONS)
 # Network filesystems whose mounts are always checked; storage_mount_types adds more.
 DEFAULT_MOUNT_TYPES = ("lustre", "nfs", "nfs4")
 MAX_PARALLEL = 8

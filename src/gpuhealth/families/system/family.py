@@ -2,4 +2,4 @@
 
 from gpuhealth.registry import declare
 
-FAMILY = declare(__package__, "Host", ("system",))
+FAMILY = declare(__package__, "Host")

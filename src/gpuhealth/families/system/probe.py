@@ -15,14 +15,15 @@ import threading
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 from gpuhealth.facts import Unavailable, why
-from gpuhealth.families.system import parse_numactl, parse_proc
+from gpuhealth.families.system import parse_numactl, parse_proc, schema
 from gpuhealth.parsing import ParseError
 from gpuhealth.probe import command, node
+from gpuhealth.schema import written
 
 if TYPE_CHECKING:
     from gpuhealth.probe.main import Context
 
-SECTIONS = ("system",)
+SECTIONS = written(schema.SECTIONS)
 # Queried on every node, whatever the profile says, so saved facts can be re-judged later.
 UNITS = ("nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm", "gpud")
 
