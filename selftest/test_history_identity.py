@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,13 +21,13 @@ from gpuhealth.families.history.checks import machine_notes
 from gpuhealth.families.system import metrics as system_metrics
 from gpuhealth.families.system import probe as system_probe
 from gpuhealth.history import store as store_module
-from gpuhealth.history.run import History, measured, run_record
+from gpuhealth.history.run import measured
 from gpuhealth.history.store import Store, head_revision
 from gpuhealth.registry import check
 from gpuhealth.report import NodeVerdict
 from gpuhealth.results import Status
-from selftest.facts import healthy_h100, limits
-from selftest.test_history import _fresh, postgres  # noqa: F401  (a fixture)
+from selftest.facts import healthy_h100
+from selftest.test_history import Nights, _fresh, postgres  # noqa: F401  (a fixture)
 
 DAY = 86400.0
 T0 = 1_790_000_000.0
@@ -71,20 +70,13 @@ def swap(facts: dict[str, Any], index: int, serial: str, uuid: str) -> None:
     facts["gpus"][index].update(serial=serial, uuid=uuid)
 
 
-class Fleet:
+class Fleet(Nights):
     """Hosts' nights in one real store: each night judged by the history checks, then kept."""
-
-    def __init__(self, spec: str, base: Path) -> None:
-        self.spec, self.base = spec, base
-        self.limits = limits("h100-sxm")
-        self.runs = 0
 
     def night(self, hosts: dict[str, dict[str, Any]], at: float) -> dict[str, list[Any]]:
         """Judge every host's facts (gpu_regression for every GPU, node_regression) and
         write them as one run started at `at`; each host's findings."""
-        history = History(self.spec, self.base, "fail", started_at=at)
-        history.uid = f"run-{self.runs}"
-        self.runs += 1
+        history = self.history(at)
         found, verdicts, kept = {}, [], {}
         for host, facts in hosts.items():
             section = history.section(host, self.limits, facts)
@@ -98,22 +90,8 @@ class Fleet:
             )
             kept[host] = measured(view)
             found[host] = results
-        record = run_record(
-            history,
-            complete=True,
-            exit_status=0,
-            level="quick",
-            source="facts",
-            command="pytest",
-            inventory=None,
-            verdicts=verdicts,
-            outcomes=[],
-            measured_by_host=kept,
-        )
-        store = history.store()
-        assert store is not None, history.error
-        store.write_run(record)
         history.close()
+        self.write(at, verdicts, [], kept).close()
         return found
 
     def store(self) -> Store:
