@@ -57,10 +57,13 @@ def facts(at: float, busbw: float = BUSBW, temps: dict[int, float] | None = None
 
 
 def serials(found: dict[str, Any], host: str) -> dict[str, Any]:
-    """Each node's GPUs have their own serials (a fleet of copies of one node would not)."""
+    """Each node's GPUs have their own serials (a fleet of copies of one node would not),
+    named after the machine's serial where the facts name one, else the host."""
+    machine = (found.get("system") or {}).get("machine") or {}
+    name = machine.get("product_serial") or host
     for gpu in found["gpus"]:
-        gpu["serial"] = f"{host}-SN{gpu['index']}"
-        gpu["uuid"] = f"GPU-{host}-{gpu['index']}"
+        gpu["serial"] = f"{name}-SN{gpu['index']}"
+        gpu["uuid"] = f"GPU-{name}-{gpu['index']}"
     return found
 
 
@@ -290,6 +293,28 @@ def test_the_fleet_view_tells_two_runs_in_the_same_minute_apart(tmp_path, capsys
     status, out, _ = run_cli(capsys, "regressions", "--history", found.spec)
     assert status == 0
     assert out.startswith("0 regressions on 0 of 2 nodes judged in the last night's 2 runs: ")
+
+
+def test_a_renamed_host_is_shown_with_its_nights_before_the_rename(tmp_path, capsys):
+    """History follows the machine (its DMI serial), so the new name's view holds the nights
+    under the old name, and its hot GPU's baselines come from them."""
+    found = Fleet(tmp_path, [])
+
+    def chassis(host: str, at: float) -> dict[str, Any]:
+        data = hot("r2", 2, 5, step=20.0)(host, at)
+        data["system"] = {**data["system"], "machine": {"product_serial": "7CE312P0QX"}}
+        return data
+
+    for night in range(6):
+        found.night(T0 + night * DAY, chassis, hosts=["r1" if night < 4 else "r2"])
+    status, out, _ = run_cli(capsys, "r2", "--history", found.spec)
+    assert status == 0
+    assert out.startswith("r2: 6 nights measured, 2026-09-21 14:13:20 .. 2026-09-26 14:13:20 UTC")
+    temp = next(line for line in out.splitlines() if line.startswith("idle_temperature_c"))
+    assert "gpu2 7CE312P0QX-SN2: 50 (reference 30, rolling 30" in temp
+    status, out, _ = run_cli(capsys, "regressions", "--json", "--history", found.spec)
+    (entry,) = json.loads(out)["regressions"]
+    assert (entry["host"], entry["reference"], entry["rolling"]) == ("r2", 30.0, 30.0)
 
 
 # ---------------------------------------------------------------- plots

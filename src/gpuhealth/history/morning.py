@@ -31,7 +31,9 @@ from gpuhealth.families.history import metrics
 from gpuhealth.families.history.checks import theil_sen
 from gpuhealth.families.history.limits import HistoryLimits
 from gpuhealth.history.store import (
+    ALIASES,
     GPUS,
+    HOST,
     MEASUREMENTS,
     NIGHT,
     NODES,
@@ -211,12 +213,31 @@ def fleet_nights(
     return found
 
 
+def machines(store: Store, hosts: list[str]) -> dict[str, str]:
+    """The machine each host name last belonged to (the store's node_id; a renamed host's
+    earlier nights are under its old name), for the names the store has seen."""
+    rows = store.read(
+        sa.select(ALIASES.c.value, ALIASES.c.node_id).where(
+            ALIASES.c.kind == HOST, ALIASES.c.value.in_(hosts)
+        )
+    )
+    return {row.value: row.node_id for row in rows}
+
+
 def _nights_of(store: Store, hosts: list[str], names: list[str] | None) -> dict[str, HostNights]:
-    own = sa.and_(NODES.c.host.in_(hosts), NODES.c.rejudges.is_(None), RUNS.c.complete)
+    """host_nights of up to _CHUNK hosts: each host's machine's nights under any name."""
+    owners = {node_id: host for host, node_id in machines(store, hosts).items()}
+    unknown = [host for host in hosts if host not in owners.values()]
+    own = sa.and_(
+        sa.or_(NODES.c.node_id.in_(list(owners)), NODES.c.host.in_(unknown)),
+        NODES.c.rejudges.is_(None),
+        RUNS.c.complete,
+    )
     nodes = store.read(
         sa.select(
             RUNS.c.id,
             NODES.c.host,
+            NODES.c.node_id,
             NIGHT.label("night"),
             NODES.c.verdict,
             NODES.c.driver,
@@ -227,32 +248,41 @@ def _nights_of(store: Store, hosts: list[str], names: list[str] | None) -> dict[
         .where(own)
         .order_by(NIGHT, RUNS.c.id)
     )
-    found = {row.host: HostNights(row.host) for row in nodes}
+    owner = {
+        (row.id, row.host): owners.get(row.node_id, row.host)
+        for row in nodes
+        if row.node_id in owners or row.host in unknown
+    }
+    names_seen = sorted({row.host for row in nodes})
+    found = {host: HostNights(host) for host in set(owner.values())}
     for row in nodes:
-        found[row.host].profile = row.profile  # the latest night's
+        if (row.id, row.host) in owner:
+            found[owner[(row.id, row.host)]].profile = row.profile  # the latest night's
     bad = {
         (row.host, row.night)
         for row in store.read(
             sa.select(REGRESSIONS.c.host, NIGHT.label("night"))
             .select_from(regressions_of_nights())
-            .where(REGRESSIONS.c.host.in_(hosts), RUNS.c.complete)
+            .where(REGRESSIONS.c.host.in_(names_seen), RUNS.c.complete)
             .distinct()
         )
     }
     runs = {
         (row.id, row.host): (
+            found[owner[(row.id, row.host)]],
             row.night,
             row.verdict in ("PASS", "WARN") and (row.host, row.night) not in bad,
             (row.driver, _firmware(row.firmware)),
         )
         for row in nodes
+        if (row.id, row.host) in owner
     }
     gpus = {
         (row.run_id, row.host, row.idx): (_gpu_identity(row), row.vbios)
         for row in store.read(
             sa.select(
                 GPUS.c.run_id, GPUS.c.host, GPUS.c.idx, GPUS.c.serial, GPUS.c.uuid, GPUS.c.vbios
-            ).where(GPUS.c.host.in_(hosts))
+            ).where(GPUS.c.host.in_(names_seen))
         )
     }
     query = sa.select(
@@ -262,7 +292,7 @@ def _nights_of(store: Store, hosts: list[str], names: list[str] | None) -> dict[
         MEASUREMENTS.c.gpu_key,
         MEASUREMENTS.c.metric,
         MEASUREMENTS.c.value,
-    ).where(MEASUREMENTS.c.host.in_(hosts))
+    ).where(MEASUREMENTS.c.host.in_(names_seen))
     if names is not None:
         query = query.where(MEASUREMENTS.c.metric.in_(names))
     declared: dict[str, bool] = {}
@@ -274,23 +304,27 @@ def _nights_of(store: Store, hosts: list[str], names: list[str] | None) -> dict[
             # An incomplete run or one that only judged again; or a value no metric declares
             # (where a log reading ended), which is no measurement.
             continue
-        night, good, epoch = night_of
+        mine, night, good, epoch = night_of
         key, vbios = row.gpu_key, None
         if row.gpu is not None:
             known, vbios = gpus.get((row.run_id, row.host, row.gpu), (None, None))
             key = key or known or f"#{row.gpu}"
         point = Point(night, row.value, good, (*epoch, vbios), row.gpu, key)
-        found[row.host].points.setdefault((row.metric, key), []).append(point)
+        mine.points.setdefault((row.metric, key), []).append(point)
     for nights in found.values():
         for series in nights.points.values():
             series.sort(key=lambda p: p.night)
-    for pin in store.read(sa.select(PINS).where(PINS.c.host.in_(hosts))):
-        if pin.host not in found:
+    pins = store.read(
+        sa.select(PINS).where(sa.or_(PINS.c.node_id.in_(list(owners)), PINS.c.host.in_(unknown)))
+    )
+    for pin in pins:
+        pinned = found.get(owners.get(pin.node_id, pin.host))
+        if pinned is None:
             continue
         if pin.gpu_key is None:
-            found[pin.host].node_pins.append(pin.at)
+            pinned.node_pins.append(pin.at)
         else:
-            found[pin.host].gpu_pins.setdefault(pin.gpu_key, []).append(pin.at)
+            pinned.gpu_pins.setdefault(pin.gpu_key, []).append(pin.at)
     return found
 
 
