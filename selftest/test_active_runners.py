@@ -15,6 +15,7 @@ import os
 import socket
 import sqlite3
 import subprocess
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -706,3 +707,33 @@ def test_collect_yml_s_load_filters_plan_from_the_inventory_and_fail_without_a_r
     for section in ("nccl", "dcgm"):
         assert doc[section]["error"].startswith("the load tests on the node gave no report: The")
     assert filters.with_load(facts, hostvars, "quick", {"skipped": True})["load_level"] == "quick"
+
+
+def test_gpuhealth_probe_level_standard_runs_the_load_tests_here(tmp_path):
+    """The srun recipe's node side: `gpuhealth probe --level standard` runs the load tests the
+    host's inventory vars plan, after the probe, into the same document."""
+    inventory = fleet_inventory(tmp_path, gpu_count=8, dcgm_installed=True)
+    env = {**os.environ, **standin_env(tmp_path)}
+    args = ("probe", "--level", "standard", "--inventory", str(inventory), "--host", "n2")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuhealth.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = validated(json.loads(proc.stdout), "gpuhealth probe --level standard")
+    assert doc["load_level"] == "standard" and doc["nccl"]["error"] is None
+    assert doc["nccl"]["command"] == f"{STANDINS}/all_reduce_perf -b 8 -e 16G -f 2 -g 8"
+    assert doc["dcgm"]["launches"][0]["command"] == "dcgmi diag -r 2 -j"
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    assert calls == ["local all_reduce_perf -b 8 -e 16G -f 2 -g 8", "local dcgmi diag -r 2 -j"]
+    unknown = subprocess.run(
+        [sys.executable, "-m", "gpuhealth.cli", *args[:-1], "n9"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert unknown.returncode == 2 and "does not list this host (n9)" in unknown.stderr

@@ -170,23 +170,20 @@ def probe_config(profile: str | None, root: str) -> dict[str, Any]:
 
 
 def _probe(args: argparse.Namespace) -> int:
+    from gpuhealth.active.collect import on_this_node
+    from gpuhealth.local import Selection
     from gpuhealth.probe.main import collect
 
     try:
         config = probe_config(args.profile, args.root)
+        # --level: this host's load tests, run here after the probe (an srun task per node)
+        loads = args.level != "quick"
+        target = Selection(args.host, args.inventory, args.profile).target() if loads else None
     except ConfigError as exc:
         print(f"gpuhealth probe: {exc}", file=sys.stderr)
         return EXIT_USAGE
     doc = collect(config)
-    if args.level != "quick":  # the load tests of the level, run here (an srun task per node)
-        from gpuhealth.active.collect import on_this_node
-        from gpuhealth.local import Selection
-
-        try:
-            target = Selection(args.host, args.inventory, args.profile).target()
-        except ConfigError as exc:
-            print(f"gpuhealth probe: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+    if target is not None:
         limits = resolve_limits(target.expectations, ProfileSet(), Platform.of(doc))
         doc.update(on_this_node(doc, limits, args.level))
     print(json.dumps(doc, indent=2, sort_keys=True))
