@@ -117,6 +117,8 @@ JUDGING = (
     "gpuhealth.families.gpu.compare",  # the probe's two GPU paths side by side (bundles)
     "gpuhealth.schema_doc",  # docs/facts-schema.md, from the families' declarations
 )
+# Limits composition, profiles with platform matching, inventory: read by judging and running.
+CONFIG = ("gpuhealth.config", "gpuhealth.config.*")
 RUNNING = (  # what probes, launches, schedules and reports
     "gpuhealth.history*",  # the run store and its migrations
     "gpuhealth.probe*",
@@ -145,8 +147,7 @@ RUNNING = (  # what probes, launches, schedules and reports
 
 def test_the_rules_cover_every_module():
     """A new module has to be placed in a layer by these rules, not slip between them."""
-    placed = set(matching(*NEUTRAL, *BASE, *NODE, *JUDGING, *RUNNING)) | {
-        "gpuhealth.config",
+    placed = set(matching(*NEUTRAL, *BASE, *NODE, *JUDGING, *RUNNING, *CONFIG)) | {
         "gpuhealth.documents",
         "gpuhealth.evidence",
     }
@@ -184,7 +185,7 @@ def test_judging_never_imports_what_runs():
     """Checks, limits and triage's evidence readers take facts and give results; the node-side
     parsers they may use (evidence.py reads saved tool output with them) are pure functions."""
     pure = ("gpuhealth.families.*.parse_*", "gpuhealth.families.*.schema", "*.fabric.sysfs")
-    allowed = (*NEUTRAL, *BASE, *JUDGING, "gpuhealth.config", *pure)
+    allowed = (*NEUTRAL, *BASE, *JUDGING, *CONFIG, *pure)
     assert breaches(matching(*JUDGING), allowed) == []
 
 

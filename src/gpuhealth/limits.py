@@ -1,8 +1,9 @@
 """The vocabulary of profile keys: the base model every family's `limits.py` subclasses, and
 the value types keys are declared with (units are in the key names).
 
-Below config.py, which combines the families' models into profiles: the families import this,
-config imports the registry of families, and nothing goes round in a circle.
+Below gpuhealth.config, which combines the families' models into profiles: the families import
+this, config imports the registry of families, and nothing goes round in a circle. The run's
+own keys and the keys several families read are declared here too (RunLimits, SharedLimits).
 """
 
 from __future__ import annotations
