@@ -244,6 +244,24 @@ def family_of(module: str) -> str | None:
     return parts[2] if len(parts) > 3 and parts[:2] == ["gpuhealth", "families"] else None
 
 
+def test_families_import_only_the_families_they_need():
+    """A family builds on another only where its schema.py says it needs it (`NEEDS`): the probe
+    orders the families by those needs, and no other dependency between them hides in code."""
+    needs = {family.name: set(family.needs) for family in registry.families()}
+    found = []
+    for name in matching("gpuhealth.families.*.*"):
+        mine = family_of(name)
+        for line, target, _ in imports(name):
+            theirs = family_of(target) or (
+                target.rpartition(".")[2]
+                if target.rpartition(".")[0] == "gpuhealth.families"
+                else None
+            )
+            if theirs is not None and theirs != mine and theirs not in needs[mine]:
+                found.append(f"{name}:{line} imports {target} ({mine} does not need {theirs})")
+    assert found == []
+
+
 # What iterates the families' declarations (gpuhealth.registry) and so names none of them: the
 # run store and the regression rules (the history family judges every family's metrics) and
 # the exporters.
