@@ -21,6 +21,7 @@ import pytest
 
 from gpuhealth.checks import NodeView, evaluate
 from gpuhealth.cli import main
+from gpuhealth.families.history.limits import HistoryLimits
 from gpuhealth.history import morning, plots
 from gpuhealth.history.run import History, measured, measured_load, run_record
 from gpuhealth.history.store import Store
@@ -228,6 +229,19 @@ def test_a_trend_regression_names_both_baselines(tmp_path, capsys):
     assert reported.key == "regression_idle_temp_trend_c_per_run"
     assert reported.reference == 30.0 and reported.rolling is not None and reported.rolling > 30
     store.close()
+
+
+def test_the_rule_names_the_baseline_that_tripped():
+    """Read from the message the checks write (judge_drift, judge_trend, judge_counter)."""
+    lim = LIMITS.get(HistoryLimits)
+    temp, busbw = morning.lookup("idle_temperature_c"), morning.lookup("nccl_busbw_gbps")
+    said = "idle temperature 43 C is 13 C above its reference 30 C (median of the first 5"
+    assert morning._rule(temp, said, lim) == ("10 C above the reference", temp.key)
+    said = "single-node all_reduce busbw 420 GB/s is 11.9% below its baseline 476.5 GB/s"
+    assert morning._rule(busbw, said, lim) == ("10% below the rolling baseline", busbw.key)
+    ecc = morning.lookup("ecc_corrected_aggregate")
+    assert morning._rule(ecc, "correctable ECC errors +5000", lim)[0] == "> 1000 a day"
+    assert morning._rule(None, "n1: new failure: PASS", lim)[1] is None
 
 
 # ---------------------------------------------------------------- usage errors
