@@ -7,6 +7,9 @@ import copy
 import pytest
 
 from gpuhealth import registry
+from gpuhealth.checks import CheckSet, NodeView
+from gpuhealth.registry import Family
+from gpuhealth.results import Result, passed
 from selftest.facts import H100_TEXT, expected_baseline_skip, healthy_h100, sample
 from selftest.facts import judge as run
 
@@ -413,3 +416,45 @@ def test_a_section_the_probe_failed_to_read_fails_but_one_older_facts_lack_is_no
     older = run("storage_paths", facts)
     assert older.status == "SKIP"
     assert "these facts have no storage section (collected by probe" in older.text
+
+
+def _families_of(*sets: CheckSet) -> tuple[Family, ...]:
+    return tuple(Family(s.family, s.family.title(), s) for s in sets)
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch):
+    """The registry's ranks and checks worked out again from families a test gives."""
+
+    def use(*sets: CheckSet) -> None:
+        monkeypatch.setattr(registry, "families", lambda: _families_of(*sets))
+        registry.ranks.cache_clear()
+        registry.checks.cache_clear()
+
+    yield use
+    registry.ranks.cache_clear()
+    registry.checks.cache_clear()
+
+
+def _a_check(node: NodeView) -> Result:
+    """A check."""
+    return passed("fine")
+
+
+def test_report_groups_are_ranked_by_the_families(fresh_registry):
+    """A check reports in a group its own family or another ranks; a group nobody ranks (a
+    typo) and a group ranked twice differently stop the registry from loading."""
+    first, second = CheckSet("first", ranks={"hardware": 0}), CheckSet("second")
+    second.node("borrowed", "hardware", in_use=True)(_a_check)
+    fresh_registry(first, second)
+    assert registry.ranks() == {"hardware": 0} and list(registry.checks()) == ["borrowed"]
+
+    typo = CheckSet("typo", ranks={"hardware": 0})
+    typo.node("misfiled", "hardwre", in_use=True)(_a_check)
+    fresh_registry(typo)
+    with pytest.raises(RuntimeError, match="no family ranks its group 'hardwre'"):
+        registry.checks()
+
+    fresh_registry(first, CheckSet("other", ranks={"hardware": 3}))
+    with pytest.raises(RuntimeError, match="'hardware' is ranked 0 and 3"):
+        registry.ranks()

@@ -22,31 +22,6 @@ Record = dict[str, Any]
 # 8-GPU nodes this tool is for; more GPUs than slots fail the gpu_count check with a hint.
 UNKNOWN_GPU_SLOTS = 8
 
-# The report group of a check (its Allure suite) and how early its findings come in a node's
-# reasons: hardware and driver first, then fabric and storage, then configuration and software.
-GROUP_RANKS = {
-    # The driver gate and the GPU inventory first: a wrong driver or a lost GPU explains
-    # most of what else fails on the node.
-    "driver": 0,
-    "inventory": 0,
-    # Then the GPUs' hardware health.
-    "errors": 1,
-    "memory": 1,
-    "thermal": 1,
-    "power": 1,
-    "pcie": 1,
-    "nvlink": 1,
-    "dcgm": 1,
-    "gpud": 1,
-    "fabric": 2,
-    "storage": 2,
-    "nccl": 2,
-    # Changes against the node's own history: after what is wrong now, they say what got worse.
-    "regression": 2,
-    "system": 3,
-    "processes": 4,
-}
-
 
 @dataclass(frozen=True)
 class NodeView:
@@ -129,7 +104,8 @@ class Check:
     `section` is the top-level key of the facts document the check reads: when it is missing,
     saved evidence did not capture it (not evaluated) or the live probe failed to (a failure).
     `level` above "quick" marks a load test: its section comes from a run at that level.
-    `group` is the report group (Allure suite) and ranks the check's findings in a verdict.
+    `group` is the report group (Allure suite); a family ranks the groups it reports in
+    (CheckSet.ranks), which orders the check's findings in a verdict.
     `in_use` says whether it is judged on a node a job is using: fault rules are, rules that
     need an idle node (stray processes, idle temperature, load tests) are skipped there.
     """
@@ -145,17 +121,17 @@ class Check:
     level: str
     in_use: bool
 
-    @property
-    def rank(self) -> int:
-        """Where this check's findings stand in a node's reasons (0 first)."""
-        return GROUP_RANKS.get(self.group, 3)
-
 
 @dataclass
 class CheckSet:
-    """The checks of one family in report order, registered with `node` and `gpu`."""
+    """The checks of one family in report order, registered with `node` and `gpu`, and the
+    report groups the family ranks: group -> how early its findings come in a node's reasons
+    (0 first: hardware and driver, then fabric and storage, then configuration and software).
+    A check may report in a group another family ranks (the registry holds every group to one
+    rank and every check's group to a rank)."""
 
     family: str
+    ranks: dict[str, int] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
 
     def _register(
@@ -168,8 +144,6 @@ class CheckSet:
         section: str = "gpus",
         level: str = "quick",
     ) -> Callable[[CheckFn], CheckFn]:
-        if group not in GROUP_RANKS:
-            raise ValueError(f"check {name}: unknown group {group!r}")
         if level != "quick" and in_use:
             raise ValueError(f"check {name}: a load test ({level}) never runs on a node in use")
 

@@ -169,13 +169,27 @@ def _check_declarations(found: list[Family]) -> None:
 
 
 @cache
+def ranks() -> dict[str, int]:
+    """Every report group the families rank, with its rank (0: first in a node's reasons)."""
+    found: dict[str, int] = {}
+    for family in families():
+        for group, rank in family.checks.ranks.items():
+            if found.setdefault(group, rank) != rank:
+                raise RuntimeError(f"report group {group!r} is ranked {found[group]} and {rank}")
+    return found
+
+
+@cache
 def checks() -> dict[str, Check]:
-    """Every check by name, in report order."""
+    """Every check by name, in report order; each in a report group some family ranks."""
     found: dict[str, Check] = {}
+    groups = ranks()
     for family in families():
         for chk in family.checks.checks:
             if chk.name in found:
                 raise RuntimeError(f"check {chk.name!r} is declared twice")
+            if chk.group not in groups:
+                raise RuntimeError(f"check {chk.name}: no family ranks its group {chk.group!r}")
             found[chk.name] = chk
     return found
 

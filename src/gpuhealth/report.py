@@ -105,7 +105,8 @@ class NodeVerdict:
 
 @cache
 def _ranks() -> dict[str, tuple[int, int]]:
-    return {chk.name: (chk.rank, i) for i, chk in enumerate(registry.checks().values())}
+    ranks = registry.ranks()
+    return {chk.name: (ranks[chk.group], i) for i, chk in enumerate(registry.checks().values())}
 
 
 def _rank(check: str) -> tuple[int, int]:

@@ -26,7 +26,7 @@ from gpuhealth.checks import (
 from gpuhealth.facts import reason
 from gpuhealth.results import Action, Result, Status, failed, passed, skipped, warned
 
-CHECKS = CheckSet("dcgm")
+CHECKS = CheckSet("dcgm", ranks={"dcgm": 1})
 
 _GPU_ACTION = (
     "drain the node, reset the GPU (`nvidia-smi -r -i INDEX`) and run `dcgmi diag -r 3 -i "

@@ -17,7 +17,7 @@ from gpuhealth.families.fabric.topology import Distance, Rails, Table, rails, ra
 from gpuhealth.limits import SharedLimits
 from gpuhealth.results import Action, Result, Status, failed, passed, skipped
 
-CHECKS = CheckSet("fabric")
+CHECKS = CheckSet("fabric", ranks={"fabric": 2})
 
 _LABELS = {"efa": "EFA", "infiniband": "InfiniBand"}
 

@@ -21,7 +21,22 @@ from gpuhealth.families.gpu.limits import GpuLimits
 from gpuhealth.families.gpu.schema import recovery_action_name
 from gpuhealth.results import Action, Result, failed, passed, skipped, warned
 
-CHECKS = CheckSet("gpu")
+CHECKS = CheckSet(
+    "gpu",
+    # The driver gate and the GPU inventory first: a wrong driver or a lost GPU explains most
+    # of what else fails on the node; then the GPUs' hardware health; stray processes last.
+    ranks={
+        "driver": 0,
+        "inventory": 0,
+        "errors": 1,
+        "memory": 1,
+        "thermal": 1,
+        "power": 1,
+        "pcie": 1,
+        "nvlink": 1,
+        "processes": 4,
+    },
+)
 
 
 def _limits(node: NodeView) -> GpuLimits:

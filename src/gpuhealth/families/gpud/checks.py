@@ -15,7 +15,7 @@ from gpuhealth.facts import reason
 from gpuhealth.families.gpud.parse_gpud import HEALTHY
 from gpuhealth.results import Action, Result, failed, passed, skipped, warned
 
-CHECKS = CheckSet("gpud")
+CHECKS = CheckSet("gpud", ranks={"gpud": 1})
 
 CRITICAL_TYPES = ("Critical", "Fatal")
 _WARN_HEALTH = ("Degraded", "Initializing")

@@ -31,7 +31,11 @@ from gpuhealth.families.history.metrics import cursors, gpu_key, gpu_values, ide
 from gpuhealth.metrics import COUNTER_RULES, DRIFT_RULES, Events, Metric, Values
 from gpuhealth.results import Action, Result, Status, passed, skipped
 
-CHECKS = CheckSet("history")
+CHECKS = CheckSet(
+    "history",
+    # Changes against the node's own history: after what is wrong now, what got worse.
+    ranks={"regression": 2},
+)
 Sample = dict[str, Any]
 # One earlier value of a metric: (run time, the run's values, the run counts for baselines).
 Past = list[tuple[float, Values, bool]]

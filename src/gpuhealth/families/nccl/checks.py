@@ -25,7 +25,7 @@ from gpuhealth.results import Action, Result, failed, passed, skipped
 if TYPE_CHECKING:
     from gpuhealth.config import Profile
 
-CHECKS = CheckSet("nccl")
+CHECKS = CheckSet("nccl", ranks={"nccl": 2})
 SINGLE_KEY = "nccl_allreduce_min_busbw_gbps"
 INTER_KEY = "nccl_internode_min_busbw_gbps"
 DOMAINS_KEY = "nccl_nvlink_domains_min_busbw_gbps"

@@ -15,7 +15,7 @@ from gpuhealth.facts import reason
 from gpuhealth.families.storage.limits import StorageLimits, StoragePath
 from gpuhealth.results import Action, Result, failed, passed, skipped
 
-CHECKS = CheckSet("storage")
+CHECKS = CheckSet("storage", ranks={"storage": 2})
 
 _WRITE_STEPS = ("write:", "fsync:", "read back:", "delete:")
 

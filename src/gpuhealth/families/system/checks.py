@@ -15,7 +15,7 @@ from gpuhealth.families.system.limits import SystemLimits
 from gpuhealth.limits import SharedLimits
 from gpuhealth.results import Action, Result, failed, passed, skipped
 
-CHECKS = CheckSet("system")
+CHECKS = CheckSet("system", ranks={"system": 3})
 
 GIB = 1024**3
 RDMA_FABRICS = ("infiniband", "efa")
