@@ -255,6 +255,8 @@ def test_an_unknown_host_or_subcommand_is_a_usage_error_naming_what_exists(fleet
     status, _, err = run_cli(capsys, "node5", "--history", fleet.spec)
     assert status == 2 and "hosts like it: node05" in err
     assert run_cli(capsys, "pin", "nodeX", "--history", fleet.spec)[0] == 2
+    status, _, err = run_cli(capsys, "node05", "--json", "--history", fleet.spec)
+    assert status == 2 and "--json and --last-run go with `regressions`" in err
 
 
 def test_a_store_that_does_not_exist_is_a_usage_error(tmp_path, capsys):

@@ -390,6 +390,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("prune: --keep SPAN is required, e.g. 90d")
         if args.target == "pin" and not args.name:
             raise UsageError("pin: name the host, e.g. gpuhealth history pin node17 --gpu 3")
+        if (args.json or args.last_run) and args.target != "regressions":
+            raise UsageError("--json and --last-run go with `regressions`")
         if args.name and args.target != "pin":
             raise UsageError(f"unexpected {args.name!r}: only pin takes a second name")
         store = _open(args.history)
@@ -438,12 +440,13 @@ def add_parser(sub: Any) -> None:
         type=since_epoch,
         metavar="TIME",
         help="nights since a span ago (36h, 7d, 2w) or a UTC date or time (2026-11-26T02:00); "
-        "regressions: instead of the last run",
+        "regressions: instead of the last night's runs",
     )
     parser.add_argument(
         "--last-run",
         action="store_true",
-        help="regressions: the newest complete run's nights (the default without --since)",
+        help="regressions: the last night's runs, the newest and those that started up to 12 h "
+        "before it (shards, CI groups); the default without --since",
     )
     parser.add_argument(
         "--regressions",
@@ -454,7 +457,10 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("--json", action="store_true", help="regressions: as JSON")
     parser.add_argument(
-        "--last", type=int, metavar="N", help="HOST: a table of its last N nights; runs shown"
+        "--last",
+        type=int,
+        metavar="N",
+        help="HOST: a table of its last N nights; no HOST: the last N runs (8)",
     )
     parser.add_argument("--all", action="store_true", help="HOST: a table of every night")
     parser.add_argument("--plot", type=Path, metavar="PNG", help="write a plot instead")
