@@ -129,6 +129,7 @@ def test_the_walkthrough_writes_a_whole_family():
                 "checks",
                 "family",
                 "limits",
+                "metrics",
                 "parse_clocksource",
                 "probe",
                 "schema",
@@ -191,6 +192,9 @@ def test_the_new_family_is_probed_shipped_and_judged(tree, tmp_path):
         f"--junitxml={tmp_path / 'junit.xml'}",
         f"--alluredir={tmp_path / 'allure'}",
         f"--verdicts={tmp_path / 'verdicts.json'}",
+        f"--prometheus-textfile-dir={tmp_path}",
+        f"--history={tmp_path / 'history.sqlite'}",
+        "--history-create",
         "-k",
         "clocksource",
         "-rA",
@@ -209,4 +213,39 @@ def test_the_new_family_is_probed_shipped_and_judged(tree, tmp_path):
     )
     assert messages["test_clocksource[n3]"].startswith(
         "Failed: n3: could not read current clocksource: cannot read it. Action RERUN"
+    )
+    # The family's metric, exported and kept by history with no code outside its folder.
+    textfile = (tmp_path / "gpuhealth.prom").read_text()
+    assert 'gpuhealth_node_clocksource_fallback{host="n1"} 1.0' in textfile
+    assert 'gpuhealth_node_clocksource_fallback{host="n2"} 0.0' in textfile
+    assert 'clocksource_fallback{host="n3"}' not in textfile  # not read: no series
+    # The next night n2 has fallen back: its node_regression fails against its own past.
+    night = tmp_path / "night2"
+    night.mkdir()
+    doc["clock"] = {"current": "hpet", "available": ["tsc", "hpet", "acpi_pm"]}
+    doc["collected_at"] = "2030-01-02T03:00:00Z"
+    (night / "n2.json").write_text(json.dumps(doc))
+    inventory.write_text("all:\n  hosts: {n2: {}}\n")
+    again = in_tree(
+        tree,
+        "-m",
+        "pytest",
+        "-c",
+        str(tree / "pytest.ini"),
+        "--facts",
+        str(night),
+        "--inventory",
+        str(inventory),
+        f"--junitxml={night / 'junit.xml'}",
+        f"--history={tmp_path / 'history.sqlite'}",
+        "-k",
+        "node_regression",
+        "-rA",
+        cwd=tmp_path,
+    )
+    assert again.returncode == 1, again.stdout + again.stderr
+    regression = SuiteRun(again.returncode, again.stdout, night).messages()
+    assert (
+        "falls back from the TSC 0 -> 1 since the last run"
+        in regression["test_node_regression[n2]"]
     )
