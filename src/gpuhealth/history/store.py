@@ -585,8 +585,22 @@ class Store:
         newest first, as host_history's samples (with `host` and `node_id`). A key two hosts
         gave in one run (stand-in GPUs, a firmware that reports no real serial) names no one
         GPU: it is followed on this machine only."""
+        wanted = sorted(set(keys))
+        if not wanted:
+            return {}
+        # One query for the usual answer: none of these GPUs was ever in another machine.
+        seen = self._read(
+            sa.select(GPUS.c.serial, GPUS.c.uuid)
+            .join(NODES, sa.and_(NODES.c.run_id == GPUS.c.run_id, NODES.c.host == GPUS.c.host))
+            .where(
+                sa.or_(GPUS.c.serial.in_(wanted), GPUS.c.uuid.in_(wanted)),
+                NODES.c.node_id != node_id,
+            )
+            .distinct()
+        )
+        moved = sorted({key for row in seen for key in row if key in wanted})
         found: dict[str, list[dict[str, Any]]] = {}
-        for key in sorted(set(keys)):
+        for key in moved:
             this = sa.or_(GPUS.c.serial == key, GPUS.c.uuid == key)
             shared = self._read(
                 sa.select(GPUS.c.run_id)
