@@ -2,9 +2,10 @@
 
 Each family's `schema.py` declares, with these types, the sections it writes (every field's
 type, unit and meaning), the families it builds on (`NEEDS`) and the profile keys its node side
-reads (`PROFILE_KEYS`). The rest is derived: the registry's section names, the validation of
-saved facts (gpuhealth.documents), the probe's order (gpuhealth.probe.main) and the schema
-document (gpuhealth.schema_doc). Node side: Python 3.6 and the standard library.
+reads (`PROFILE_KEYS`); optionally `READS`, sections of later families its checks consult
+when present without building on them. The rest is derived: the registry's section names, the
+validation of saved facts (gpuhealth.documents), the probe's order (gpuhealth.probe.main) and
+the schema document (gpuhealth.schema_doc). Node side: Python 3.6 and the standard library.
 """
 
 import json
