@@ -156,6 +156,17 @@ def test_a_renamed_host_keeps_its_history(fleet):
     }
 
 
+def test_a_pin_made_under_the_old_name_holds_after_a_rename(fleet):
+    fleet.night({"n3": node(T0, product_serial=SERIAL)}, T0)
+    store = fleet.store()
+    store.pin("n3", None, None, T0 + 1, "fans replaced")
+    store.close()
+    history = fleet.history(T0 + DAY)
+    section = history.section("n7", fleet.limits, node(T0 + DAY, product_serial=SERIAL))
+    history.close()
+    assert section["pins"]["node"] == T0 + 1 and section["machine"]["host"] == "n3"
+
+
 def test_a_renamed_host_without_readable_dmi_is_followed_by_its_machine_id(fleet):
     found = _renamed(fleet, machine_id=MACHINE)["n7"]
     assert len(regressions(found)) == 2
