@@ -156,6 +156,15 @@ def test_a_renamed_host_keeps_its_history(fleet):
     }
 
 
+def test_the_history_command_names_a_renamed_hosts_earlier_name(fleet, tmp_path, capsys):
+    from gpuhealth.cli import main
+
+    _renamed(fleet, product_serial=SERIAL)
+    assert main(["history", "n7", "--history", str(tmp_path / "history.sqlite")]) == 0
+    until = time.strftime("%Y-%m-%d %H:%M", time.gmtime(T0 + 3 * DAY))
+    assert f"n7 was n3 until {until}" in capsys.readouterr().out
+
+
 def test_a_pin_made_under_the_old_name_holds_after_a_rename(fleet):
     fleet.night({"n3": node(T0, product_serial=SERIAL)}, T0)
     store = fleet.store()

@@ -258,6 +258,8 @@ def show_host(store: Store, host: str, args: argparse.Namespace) -> int:
             f"{host}: {len(stamps)} nights measured, {stamp(stamps[0])} .. {stamp(stamps[-1])} "
             f"UTC; profile {nights.profile or '?'}; {store.name}"
         )
+    for name, until in store.other_names(host):  # the same machine under its earlier names
+        print(f"{host} was {name} until {stamp(until)} UTC (gpuhealth history {name})")
     since = args.since if args.since is not None else (recent[-1]["at"] if recent else None)
     scope = morning.Scope("", 0, since=since or 0.0)
     found = [

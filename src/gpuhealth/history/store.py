@@ -508,6 +508,19 @@ class Store:
         )
         return rows[0].node_id if rows else None
 
+    def other_names(self, host: str) -> list[tuple[str, float]]:
+        """The other host names of the machine a host name belongs to (a renamed host's
+        earlier ones), with the night each was last seen, oldest first."""
+        node_id = self.machine_of(host)
+        if node_id is None:
+            return []
+        rows = self._read(
+            sa.select(ALIASES.c.value, ALIASES.c.last_at)
+            .where(ALIASES.c.kind == HOST, ALIASES.c.node_id == node_id, ALIASES.c.value != host)
+            .order_by(ALIASES.c.last_at)
+        )
+        return [(row.value, row.last_at) for row in rows]
+
     def pin(self, host: str, gpu: int | None, gpu_key: str | None, at: float, reason: str) -> None:
         """Record that the node's (or one GPU's) drift baselines restart after `at`: the
         machine the host name last belonged to."""
