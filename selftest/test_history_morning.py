@@ -24,7 +24,7 @@ from gpuhealth.cli import main
 from gpuhealth.families.history.limits import HistoryLimits
 from gpuhealth.history import morning, plots
 from gpuhealth.history.run import History, measured, measured_load, run_record
-from gpuhealth.history.store import Store
+from gpuhealth.history.store import RunRecord, Store
 from gpuhealth.registry import check
 from gpuhealth.report import NodeVerdict
 from gpuhealth.results import Status
@@ -336,6 +336,46 @@ def test_a_renamed_host_is_shown_with_its_nights_before_the_rename(tmp_path, cap
 # ---------------------------------------------------------------- plots
 
 
+def test_a_port_counter_is_one_panel_with_a_series_per_port(tmp_path, capsys):
+    """`--metric 'ib.*'` on a fleet: each counter is one panel over every port of every node
+    (named `host device.port`), not a panel per port."""
+    store = Store(str(tmp_path / "ib.sqlite"))
+    for night in range(3):
+        at = T0 + night * DAY
+        run = RunRecord(
+            f"ib-{night}", at, at + 60, True, 0, "quick", "live", "pytest", None, "", "c", "v"
+        )
+        for host in ("n1", "n2"):
+            run.nodes.append({"host": host, "verdict": "PASS", "collected_at": at})
+            for port in ("mlx5_0.1", "mlx5_1.1"):
+                for counter in ("symbol_error", "link_downed"):
+                    name = f"ib.{port}.{counter}"
+                    value = 10.0 * night if (host, port) == ("n2", "mlx5_1.1") else 0.0
+                    run.measurements.append(
+                        {"host": host, "gpu": None, "gpu_key": None, "metric": name, "value": value}
+                    )
+        store.write_run(run)
+    rows = plots.values(store, plots.names_like(store, "ib.*"))
+    store.close()
+    assert sorted(rows) == ["ib.*.link_downed", "ib.*.symbol_error"]
+    found = plots.collect(rows["ib.*.symbol_error"], set(), "ib.*.symbol_error")
+    assert sorted(s.label for s in found.values()) == [
+        "n1 mlx5_0.1",
+        "n1 mlx5_1.1",
+        "n2 mlx5_0.1",
+        "n2 mlx5_1.1",
+    ]
+    assert found[("n2", "mlx5_1.1")].values == [10.0, 10.0]  # per day
+    made = plots.figure(rows, set(), ["ib.*.symbol_error"], "t", count=1)
+    axis = made.axes[0]
+    assert axis.get_ylabel().replace("\n", " ") == "symbol errors per day"
+    assert axis.get_title() == "ib.*.symbol_error: 1 worst of 4 series"
+    assert "n2 mlx5_1.1" in [t.get_text() for t in axis.get_legend().get_texts()]
+    png = tmp_path / "ib.png"
+    spec = str(tmp_path / "ib.sqlite")
+    assert run_cli(capsys, "--plot", str(png), "--metric", "ib.*", "--history", spec)[0] == 0
+
+
 def test_the_fleet_plot_draws_the_band_the_worst_and_the_limits(fleet):
     store = Store(fleet.spec)
     rows = plots.values(store, ["idle_temperature_c"])
@@ -371,7 +411,8 @@ def test_counters_are_drawn_as_their_rule_judges_them(tmp_path):
     totals."""
     nights = (T0, T0 + DAY, T0 + 3 * DAY)  # a night left out: 3000 more over two days
     rows = [
-        (at, "n1", 3, "SN3", value) for at, value in zip(nights, (1000, 1500, 4500), strict=True)
+        (at, "n1", 3, "SN3", value, "ecc_corrected_aggregate")
+        for at, value in zip(nights, (1000, 1500, 4500), strict=True)
     ]
     found = plots.collect(rows, set(), "ecc_corrected_aggregate")
     assert found[("n1", "SN3")].values == [500.0, 1500.0]
@@ -390,7 +431,7 @@ def test_counters_are_drawn_as_their_rule_judges_them(tmp_path):
     assert band.get_y() == pytest.approx(1000.0)  # the daily allowance
     assert not [line for line in axis.get_lines() if line.get_label() == "fleet reference"]
     # A counter that resets (PCIe replays, after a reboot) counts from zero.
-    reset = [(T0, "n1", 0, "SN0", 900.0), (T0 + DAY, "n1", 0, "SN0", 40.0)]
+    reset = [(T0, "n1", 0, "SN0", 900.0, "x"), (T0 + DAY, "n1", 0, "SN0", 40.0, "x")]
     assert plots.collect(reset, set(), "pcie_replays")[("n1", "SN0")].values == [40.0]
 
 

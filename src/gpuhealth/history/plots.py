@@ -59,7 +59,8 @@ class Series:
     regressed: list[tuple[float, float]] = field(default_factory=list)  # (night, value)
 
 
-Value = tuple[float, str, "int | None", "str | None", float]  # night, host, GPU, serial, value
+# night, host, GPU index, the GPU's serial (a port's name: `mlx5_0.1`), value, stored name
+Value = tuple[float, str, "int | None", "str | None", float, str]
 
 
 def values(
@@ -69,7 +70,8 @@ def values(
     host: str | None = None,
     gpu: int | None = None,
 ) -> dict[str, list[Value]]:
-    """Each metric's stored values (complete runs, their nights), oldest first. The nights
+    """Each metric's stored values (complete runs, their nights), oldest first, by metric (a
+    port metric's, `ib.*.symbol_error`, holding every port's: a panel each). The nights
     are read apart and joined here: a fleet's 30 nights of four metrics are 750,000 values,
     and a join per value in the database costs more than the scan."""
     hosts = sa.select(NODES.c.run_id, NODES.c.host, NIGHT.label("night")).join(
@@ -93,11 +95,17 @@ def values(
         query = query.where(MEASUREMENTS.c.host == host)
     if gpu is not None:
         query = query.where(MEASUREMENTS.c.gpu == gpu)
-    found: dict[str, list[Value]] = {name: [] for name in names}
+    found: dict[str, list[Value]] = {}
     for row in store.read(query):
         night = nights.get((row.run_id, row.host))
-        if night is not None:
-            found[row.metric].append((night, row.host, row.gpu, row.gpu_key, row.value))
+        if night is None:
+            continue
+        panel, key = row.metric, row.gpu_key
+        m = lookup(row.metric)
+        if m is not None and m.name != row.metric:  # a port's: one panel for every port
+            head, _, tail = m.name.partition("*")
+            panel, key = m.name, row.metric.removeprefix(head).removesuffix(tail)
+        found.setdefault(panel, []).append((night, row.host, row.gpu, key, row.value, row.metric))
     for rows in found.values():
         rows.sort(key=lambda row: row[0])
     return found
@@ -114,18 +122,19 @@ def names_like(store: Store, pattern: str) -> list[str]:
 def collect(
     rows: list[Value], regressed: set[tuple[str, int | None, str, float]], metric: str
 ) -> dict[Subject, Series]:
-    """A metric's series per node or GPU (its values from `values`), counters as their rule
+    """A metric's series per node, GPU or port (its values from `values`), counters as their rule
     judges them (growth per day, or since the night before); `regressed`: (host, GPU index,
     metric, night) reported as regressions."""
     m = lookup(metric)
     rule = m.rule if m else ""
     found: dict[Subject, Series] = {}
     last: dict[Subject, tuple[float, float]] = {}
-    for night, host, gpu, key, value in rows:
-        subject = (host, None if gpu is None else key or f"#{gpu}")
+    for night, host, gpu, key, value, name in rows:
+        subject = (host, key or (None if gpu is None else f"#{gpu}"))
         series = found.get(subject)
         if series is None:
-            series = found[subject] = Series(host if gpu is None else f"{host} gpu{gpu}")
+            label = f"{host} gpu{gpu}" if gpu is not None else f"{host} {key or ''}".strip()
+            series = found[subject] = Series(label)
         if rule in ("growth", "rate"):
             before = last.get(subject)
             last[subject] = (night, value)
@@ -141,7 +150,7 @@ def collect(
             value = grown / max((night - before[0]) / 86400, 1.0) if rule == "rate" else grown
         series.nights.append(night)
         series.values.append(value)
-        if (host, gpu, metric, night) in regressed:
+        if (host, gpu, name, night) in regressed:
             series.regressed.append((night, value))
     return {subject: series for subject, series in found.items() if series.values}
 
@@ -339,7 +348,7 @@ def trends_png(store: Store, since: float) -> bytes | None:
     """The nightly report's trend plot of the key metrics the store has (None: none yet, or
     matplotlib is not installed)."""
     rows = values(store, list(KEY_METRICS), since)
-    found = [m for m in KEY_METRICS if rows[m]]
+    found = [m for m in KEY_METRICS if rows.get(m)]
     if not found or len({night for m in found for night, *_ in rows[m]}) < 2:
         return None
     try:

@@ -331,9 +331,9 @@ def show_runs(store: Store, args: argparse.Namespace) -> int:
 
 def draw(store: Store, host: str | None, args: argparse.Namespace) -> int:
     """--plot: the fleet's (or one host's) key metrics, or those --metric selects."""
-    names = plots.names_like(store, args.metric) if args.metric else list(KEY_METRICS)
-    rows = plots.values(store, names, args.since, host, args.gpu)
-    names = [name for name in names if rows[name]]
+    wanted = plots.names_like(store, args.metric) if args.metric else list(KEY_METRICS)
+    rows = plots.values(store, wanted, args.since, host, args.gpu)
+    names = [name for name in (KEY_METRICS if not args.metric else sorted(rows)) if rows.get(name)]
     if not names:
         raise UsageError("nothing to plot for this selection")
     if len(names) > 6:
