@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -412,46 +413,58 @@ def test_an_older_night_judged_again_after_a_rename_is_not_called_renamed(fleet)
 # ---------------------------------------------------------------- the store
 
 
-def test_a_store_from_before_identities_is_upgraded_and_continues(tmp_path):
+def _upgraded_store_continues(spec: str, base: Path) -> None:
     """A store at schema 0002 (nights keyed by host name) opens at head: its nights are each
     their host's machine, and a night with identities continues them."""
-    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
-    engine = sa.create_engine(url)
+    engine = sa.create_engine(store_module.engine_url(spec, base))
     with engine.begin() as conn:
         command.upgrade(store_module._alembic(conn), "0002")
         conn.execute(
             sa.text(
-                "INSERT INTO runs (id, uid, started_at, finished_at, complete, level, source, "
+                "INSERT INTO runs (uid, started_at, finished_at, complete, level, source, "
                 "command, profiles, controller, version) VALUES "
-                "(1, 'old', :t, :t, 1, 'quick', 'live', 'pytest', 'h100-sxm', 'c', '0.1')"
+                "('old', :t, :t, :yes, 'quick', 'live', 'pytest', 'h100-sxm', 'c', '0.1')"
             ),
-            {"t": T0},
+            {"t": T0, "yes": True},
         )
-        conn.execute(sa.text("INSERT INTO nodes (run_id, host, verdict) VALUES (1, 'n3', 'PASS')"))
+        run = "(SELECT id FROM runs WHERE uid = 'old')"
+        conn.execute(
+            sa.text(f"INSERT INTO nodes (run_id, host, verdict) VALUES ({run}, 'n3', 'PASS')")
+        )
         conn.execute(
             sa.text(
                 "INSERT INTO measurements (run_id, host, gpu, gpu_key, metric, value) VALUES "
-                "(1, 'n3', 2, :key, 'remapped_rows_correctable', 0)"
+                f"({run}, 'n3', 2, :key, 'remapped_rows_correctable', 0)"
             ),
             {"key": HEALTHY["gpus"][2]["serial"]},
         )
         conn.execute(
-            sa.text("INSERT INTO gpus (run_id, host, idx, serial) VALUES (1, 'n3', 2, :key)"),
+            sa.text(f"INSERT INTO gpus (run_id, host, idx, serial) VALUES ({run}, 'n3', 2, :key)"),
             {"key": HEALTHY["gpus"][2]["serial"]},
         )
     engine.dispose()
-    store = Store(str(tmp_path / "old.sqlite"))
+    store = Store(spec, base)
     with store.engine.connect() as conn:
         assert conn.execute(sa.text("SELECT node_id FROM nodes")).scalar() == "host:n3"
-        alias = conn.execute(sa.text("SELECT kind, value, node_id, last_at FROM aliases")).one()
-    assert tuple(alias) == ("host", "n3", "host:n3", T0)
+        alias = conn.execute(
+            sa.text("SELECT kind, value, node_id, last_at, shared FROM aliases")
+        ).one()
+    assert tuple(alias) == ("host", "n3", "host:n3", T0, False)
     assert store.machine("n3", {"board_serial": BOARD})["id"] == "host:n3"
     store.close()
-    fleet = Fleet(str(tmp_path / "old.sqlite"), tmp_path)
+    fleet = Fleet(spec, base)
     later = node(T0 + DAY, board_serial=BOARD)
     later["gpus"][2]["remapped_rows"]["correctable"] = 1
     found = fleet.night({"n3": later}, T0 + DAY)["n3"]
     assert regressions(found) == [(2, "remapped_rows_correctable")]
+
+
+def test_a_store_from_before_identities_is_upgraded_and_continues(tmp_path):
+    _upgraded_store_continues("old.sqlite", tmp_path)
+
+
+def test_a_postgresql_store_from_before_identities_is_upgraded(postgres, tmp_path):  # noqa: F811
+    _upgraded_store_continues(_fresh(postgres, "upgrade"), tmp_path)
 
 
 def test_resolution_on_postgresql(postgres, tmp_path):  # noqa: F811
