@@ -328,6 +328,7 @@ def test_a_renamed_host_is_shown_with_its_nights_before_the_rename(tmp_path, cap
     assert out.startswith("r2: 6 nights measured, 2026-09-21 14:13:20 .. 2026-09-26 14:13:20 UTC")
     temp = next(line for line in out.splitlines() if line.startswith("idle_temperature_c"))
     assert "gpu2 7CE312P0QX-SN2: 50 (reference 30, rolling 30" in temp
+    assert len(out.split("its last 6 nights:")[1].strip().splitlines()) == 6
     status, out, _ = run_cli(capsys, "regressions", "--json", "--history", found.spec)
     (entry,) = json.loads(out)["regressions"]
     assert (entry["host"], entry["reference"], entry["rolling"]) == ("r2", 30.0, 30.0)

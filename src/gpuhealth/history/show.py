@@ -249,7 +249,7 @@ def show_regressions(store: Store, args: argparse.Namespace) -> int:
 def show_host(store: Store, host: str, args: argparse.Namespace) -> int:
     """A node: its regressions first, then one line per metric; tables with --last/--all."""
     nights = morning.host_nights(store, host, args.since)
-    recent = store.host_history(host, args.last or 8)
+    recent = store.host_history(host, args.last or 8, node_id=store.machine_of(host))
     if not nights.points:
         print(f"{host}: no measurements in {store.name} for this selection")
     else:
