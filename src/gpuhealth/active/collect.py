@@ -87,19 +87,19 @@ def load_results(
     read from the node's records (`done`, gpuhealth.active.node.run_plan's). A launch the
     node did not report is a failed one, with `failure` (why the node reported nothing)."""
     outcomes = {str(r.get("name")): outcome_of(r) for r in done}
+
+    def replay(name: str, command: str, timeout_s: float) -> Outcome:
+        got = outcomes.get(name)
+        if got is not None and got.command == command:
+            return got
+        why = failure or "the node reported no outcome of this launch"
+        return Outcome(command, None, "", "", 0.0, why)
+
     found: dict[str, Any] = {LEVEL_KEY: level}
     for run in runs_at(level):
         if view.in_use:
             found[run.section] = skipped(IN_USE)
             continue
-
-        def replay(name: str, command: str, timeout_s: float) -> Outcome:
-            got = outcomes.get(name)
-            if got is not None and got.command == command:
-                return got
-            why = failure or "the node reported no outcome of this launch"
-            return Outcome(command, None, "", "", 0.0, why)
-
         section, kept = run.launch(ActiveContext(view, level, replay))
         if kept:
             section = {**section, RAW_KEY: [raw(name, outcome) for name, outcome in kept]}
