@@ -15,6 +15,7 @@ store (the GPU's UUID beside its serial, the machine's) are read.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import statistics
@@ -105,12 +106,6 @@ def lookup(name: str) -> metrics.Metric | None:
         return None
 
 
-def unit(name: str) -> str:
-    """The metric's unit for a column header (counters have none)."""
-    m = lookup(name)
-    return m.unit if m else ""
-
-
 class Limits:
     """History limits by profile name as the store recorded it (the packaged profiles; a
     profile this gpuhealth does not know gives the family's defaults)."""
@@ -144,8 +139,7 @@ class Point:
     value: float
     good: bool  # counts for baselines: node PASS or WARN, no regression that night
     epoch: tuple[Any, ...]  # what restarts a baseline when it changes: driver, firmware, VBIOS
-    gpu: int | None
-    serial: str | None
+    gpu: int | None  # the index it sat at that night
 
 
 @dataclass
@@ -156,8 +150,6 @@ class Summary:
     gpu: int | None
     serial: str | None
     latest: float
-    night: float
-    nights: int
     reference: float | None = None
     rolling: float | None = None
     slope: float | None = None  # drift: Theil-Sen slope per run over the trend window
@@ -167,8 +159,9 @@ class Summary:
 
 @dataclass
 class HostNights:
-    """Every measured value of one host's own nights (complete runs, not re-judgements),
-    grouped by subject: (metric, GPU serial, or `#index` without one, or None for the node)."""
+    """Every measured value of one host's machine's own nights (complete runs, not
+    re-judgements; under earlier host names too), grouped by subject: (metric, GPU serial, or
+    `#index` without one, or None for the node)."""
 
     host: str
     profile: str | None = None
@@ -309,7 +302,7 @@ def _nights_of(store: Store, hosts: list[str], names: list[str] | None) -> dict[
         if row.gpu is not None:
             known, vbios = gpus.get((row.run_id, row.host, row.gpu), (None, None))
             key = key or known or f"#{row.gpu}"
-        point = Point(night, row.value, good, (*epoch, vbios), row.gpu, key)
+        point = Point(night, row.value, good, (*epoch, vbios), row.gpu)
         mine.points.setdefault((row.metric, key), []).append(point)
     for nights in found.values():
         for series in nights.points.values():
@@ -358,22 +351,23 @@ def baselines(
     return reference, rolling, goods
 
 
+def _grown(m: metrics.Metric | None, before: Point, after: Point) -> float:
+    """A counter's growth from one night to the next; one that resets (a reboot) and went
+    down counts from zero."""
+    grown = after.value - before.value
+    return after.value if grown < 0 and m is not None and m.resets else grown
+
+
 def summarise(nights: HostNights, lim: HistoryLimits) -> list[Summary]:
-    """Every subject's metric at its latest night: baselines and trend for drift metrics,
-    growth per day and over the nights for counters."""
+    """Every subject's metric at its latest night: baselines and trend for drift metrics;
+    for counters, the growth since the night before (per day for a rate rule) and over the
+    nights."""
     found = []
     for (name, key), series in sorted(
         nights.points.items(), key=lambda kv: (kv[0][0], kv[1][-1].gpu or -1)
     ):
         last = series[-1]
-        out = Summary(
-            name,
-            last.gpu,
-            None if key and key.startswith("#") else key,
-            last.value,
-            last.night,
-            len(series),
-        )
+        out = Summary(name, last.gpu, None if key and key.startswith("#") else key, last.value)
         m = lookup(name)
         rule = m.rule if m else "growth"
         if rule in DRIFT_RULES:
@@ -384,13 +378,10 @@ def summarise(nights: HostNights, lim: HistoryLimits) -> list[Summary]:
             if len(window) > lim.history_trend_min_runs:
                 out.slope = theil_sen(window)[0]
         elif len(series) > 1:
-            before = series[-2]
-            grown = last.value - before.value
-            if grown < 0 and m is not None and m.resets:
-                grown = last.value  # reset since (a reboot): counts from zero
-            days = max((last.night - before.night) / 86400, 1.0) if rule == "rate" else 1.0
-            out.last = grown / days
-            out.growth = last.value - series[0].value
+            steps = [_grown(m, a, b) for a, b in itertools.pairwise(series)]
+            days = max((last.night - series[-2].night) / 86400, 1.0) if rule == "rate" else 1.0
+            out.last = steps[-1] / days
+            out.growth = sum(steps)
         found.append(out)
     return found
 
