@@ -302,7 +302,8 @@ def test_placeholders_are_no_identity(kind, value, usable):
 
 
 def test_the_kinds_the_store_ranks_are_the_probes():
-    assert store_module.ID_KINDS == system_metrics.NODE_ID_KINDS
+    probed = tuple(kind for kind, _ in system_probe.MACHINE_IDS)
+    assert store_module.ID_KINDS == system_metrics.NODE_ID_KINDS == probed
 
 
 def test_the_probe_reads_the_machine_ids(tmp_path):
