@@ -4,10 +4,11 @@ For each fleet size this writes N healthy 8x H100 facts documents and runs the h
 them as users run it (`pytest --facts DIR`, every report on: JUnit, Allure results, verdicts,
 saved facts), then runs bare pytest (no gpuhealth, no Allure) on the same number of trivial
 tests: the floor any pytest-based suite pays for collecting and reporting that many tests. It
-prints both times, their ratio, both peak RSS, the Allure results' size (bytes and disk use,
-per 128 nodes) and files per node, and the milliseconds per node, which must stay flat as the
-fleet grows. With --html it renders each size's report (`make report`) and opens it in
-headless Chromium: generation time, size, files and the time until the page settles.
+prints both times, their ratio (and that of their CPU time, steadier on a shared machine), both
+peak RSS, the Allure results' size (bytes and disk use, per 128 nodes) and files per node, and
+the milliseconds per node, which must stay flat as the fleet grows. With --html it renders
+each size's report (`make report`) and opens it in headless Chromium: generation time, size,
+files and the time until the page settles.
 
 Every size's files are kept until the end: deleting ~100,000 files makes ext4 slow to create
 new ones for a while (its inode allocator skips recently freed inodes), which would bill one
@@ -49,20 +50,23 @@ def test_trivial(case):
 @dataclass
 class Run:
     seconds: float
+    cpu_s: float  # user + system, its waited-for children's included (the Allure writer's)
     rss_mb: float
     rc: int
     output: str
 
 
 def timed(argv: list[str], cwd: Path) -> Run:
-    """Wall time and peak RSS of one command (the largest single process of its tree that
-    was waited for, as getrusage reports it: not a sum over xdist workers)."""
+    """Wall time, CPU time and peak RSS of one command (the largest single process of its
+    tree that was waited for, as getrusage reports it: not a sum over xdist workers). On a
+    shared machine the CPU time is the steadier measure: other work stretches wall time."""
     started = time.monotonic()
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return Run(time.monotonic() - started, usage.ru_maxrss / 1024, proc.returncode, output)
+    cpu = usage.ru_utime + usage.ru_stime
+    return Run(time.monotonic() - started, cpu, usage.ru_maxrss / 1024, proc.returncode, output)
 
 
 def workers(count: int) -> list[str]:
@@ -167,7 +171,8 @@ def main() -> None:
         f"{os.cpu_count()} CPUs, -n {args.workers}"
     )
     print(
-        f"{'nodes':>6} {'tests':>7} {'suite s':>8} {'floor s':>8} {'ratio':>6} {'RSS MB':>7} "
+        f"{'nodes':>6} {'tests':>7} {'suite s':>8} {'floor s':>8} {'ratio':>6} {'CPU ratio':>9} "
+        f"{'RSS MB':>7} "
         f"{'floor RSS':>9} {'Allure MB/128 nodes':>19} {'on disk':>7} {'files/node':>10} "
         f"{'ms/node':>7}"
     )
@@ -180,7 +185,8 @@ def main() -> None:
             per128 = 128 / nodes / 1e6
             print(
                 f"{nodes:>6} {reports.tests:>7} {run.seconds:>8.1f} {bare.seconds:>8.1f} "
-                f"{run.seconds / bare.seconds:>6.2f} {run.rss_mb:>7.0f} {bare.rss_mb:>9.0f} "
+                f"{run.seconds / bare.seconds:>6.2f} {run.cpu_s / bare.cpu_s:>9.2f} "
+                f"{run.rss_mb:>7.0f} {bare.rss_mb:>9.0f} "
                 f"{reports.allure_bytes * per128:>19.1f} {reports.allure_disk * per128:>7.1f} "
                 f"{reports.allure_files / nodes:>10.1f} {1000 * run.seconds / nodes:>7.0f}",
                 flush=True,
