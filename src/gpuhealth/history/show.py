@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import fnmatch
 import json
 import sys
 import time
@@ -27,7 +28,7 @@ from gpuhealth.history.store import Store, StoreError, describe, engine_url
 
 SUBCOMMANDS = ("regressions", "prune", "pin")
 EXIT_OK, EXIT_REGRESSED, EXIT_USAGE = 0, 1, 2
-# Re-exported for the reporter's Allure attachment.
+# Re-exported for the Allure report's trend attachment (sinks/allure.py).
 trends_png = plots.trends_png
 KEY_METRICS = plots.KEY_METRICS
 
@@ -211,11 +212,9 @@ def _known_host(store: Store, host: str) -> None:
     close = difflib.get_close_matches(host, known, n=5)
     listed = close or known[:10]
     more = f" (of {len(known)})" if len(listed) < len(known) else ""
-    hosts = (
-        f"hosts{' like it' if close else ''}: {', '.join(listed)}{more}"
-        if known
-        else ("the store has no host yet")
-    )
+    hosts = "the store has no host yet"
+    if known:
+        hosts = f"hosts{' like it' if close else ''}: {', '.join(listed)}{more}"
     raise UsageError(
         f"{host!r} is neither a subcommand ({', '.join(SUBCOMMANDS)}) nor a host in "
         f"{store.name}; {hosts}"
@@ -271,7 +270,7 @@ def show_host(store: Store, host: str, args: argparse.Namespace) -> int:
     for line in morning.table(found) if found else []:
         print(f"  {line}")
     selected = _select(nights, args)
-    if selected:
+    if selected.points:
         print("")
         for line in metric_lines(morning.summarise(selected, morning.Limits().of(nights.profile))):
             print(line)
@@ -290,8 +289,6 @@ def show_host(store: Store, host: str, args: argparse.Namespace) -> int:
 
 def _select(nights: morning.HostNights, args: argparse.Namespace) -> morning.HostNights:
     """The subjects `--gpu` and `--metric` select."""
-    import fnmatch
-
     kept = {
         subject: series
         for subject, series in nights.points.items()
