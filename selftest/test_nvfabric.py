@@ -22,7 +22,7 @@ from gpuhealth.families.gpu import parse_fabric, parse_smi_text
 from gpuhealth.parsing import ParseError
 from gpuhealth.results import Status
 from selftest.facts import limits
-from selftest.fakenvml import write_scenario
+from selftest.fakenvml import nvml_env, write_scenario
 from selftest.mutations import garbled, mutated
 from selftest.test_fuzz import EXAMPLES, fuzz, parses_or_refuses
 from selftest.test_probe_nvml import run_probe, unexplained_nulls
@@ -633,6 +633,38 @@ def gpu_findings(facts: dict[str, Any]) -> dict[Any, Finding]:
     view = NodeView("node17", facts, limits(**MULTINODE))
     checks = [c for c in registry.checks().values() if c.family in ("gpu", "nvfabric")]
     return {(f.check, f.gpu): f for f in judged(checks, view, 4)}
+
+
+WHOLE_PROBE = """
+import json, pynvml
+inits = []
+init = pynvml.nvmlInit
+pynvml.nvmlInit = lambda: inits.append(1) or init()
+from gpuhealth.probe.main import collect
+from selftest.facts import probe_config
+doc = collect(probe_config(kernel_log_timeout_s=1, nvlink_error_window_s=0))
+print(json.dumps({"inits": len(inits), "source": doc["source"], "gpus": doc["gpus"]}))
+"""
+
+
+def test_the_probe_reads_the_fabric_over_the_gpu_family_s_nvml_session(fake_nvml_lib, tmp_path):
+    """The family's own node side (nvfabric/probe.py) runs after the GPU family's, which it
+    NEEDS, and fills each GPU record's fabric over the session that family opened: one
+    nvmlInit for the whole probe."""
+    scenario = write_scenario(NVML_RUNS["healthy"], tmp_path / "tray.txt")
+    proc = subprocess.run(
+        [sys.executable, "-c", WHOLE_PROBE],
+        capture_output=True,
+        text=True,
+        env=nvml_env(fake_nvml_lib.parent, scenario),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)
+    assert (found["inits"], found["source"]) == (1, "nvml")
+    fabrics = [gpu["fabric"] for gpu in found["gpus"]]
+    assert [(f["state"], f["status"]) for f in fabrics] == [("Completed", "Success")] * 4
+    assert unexplained_nulls(found["gpus"]) == []
 
 
 def test_nvml_reads_a_healthy_gb200_tray(nvml):

@@ -22,9 +22,26 @@ from gpuhealth.families.gpu.schema import GPU_KEYS
 from selftest.fakenvml import SCENARIOS, SOURCE, build_library, nvml_env, write_scenario
 
 CALL_TIMEOUT_S = 2.0
-SCRIPT = """
+# The probe's NVML part: the GPU family's pass, then the NVLink fabric family's reads over
+# the same session (families/nvfabric/probe.py), as gpuhealth.probe.main runs them.
+COLLECT = """
+def collect(timeout, errors, window=0.0):
+    from gpuhealth.families.gpu import nvml
+    from gpuhealth.families.nvfabric import probe as nvfabric
+    from gpuhealth.probe.nvml import close_session, open_session
+    session = open_session(timeout, errors)
+    if session is None:
+        return None
+    facts = nvml.collect(session, errors, window)
+    if facts is not None:
+        nvfabric.read(session, facts["gpus"])
+    close_session(session)
+    return facts
+"""
+SCRIPT = (
+    COLLECT
+    + """
 import json, pynvml, time
-from gpuhealth.families.gpu import nvml
 symbols, lookup = set(), pynvml._nvmlGetFunctionPointer
 def recording(name):
     symbols.add(name)
@@ -33,10 +50,11 @@ pynvml._nvmlGetFunctionPointer = recording
 {prelude}
 errors = []
 started = time.monotonic()
-facts = nvml.collect({timeout}, errors, {window})
+facts = collect({timeout}, errors, {window})
 took_s = time.monotonic() - started
 print(json.dumps({{"r": facts, "errors": errors, "symbols": sorted(symbols), "took_s": took_s}}))
 """
+)
 REQUIRED_SCENARIOS = (
     "healthy-h100x8",
     "ecc-uncorrectable-gpu3",
@@ -388,10 +406,7 @@ def test_no_library(tmp_path):
 
 def test_without_pynvml_collect_returns_none(fake_nvml_lib, tmp_path):
     (tmp_path / "pynvml.py").write_text("raise ImportError('No module named pynvml (test)')\n")
-    script = (
-        "import json; from gpuhealth.families.gpu import nvml; e = []; "
-        "print(json.dumps({'r': nvml.collect(2.0, e), 'errors': e}))"
-    )
+    script = COLLECT + "import json; e = []; print(json.dumps({'r': collect(2.0, e), 'errors': e}))"
     scenario = write_scenario("healthy-h100x8", tmp_path / "healthy.txt")
     proc = subprocess.run(
         [sys.executable, "-c", script],

@@ -1,4 +1,5 @@
-"""The GPU family's NVML reader: every GPU fact of the facts document, through nvidia-ml-py.
+"""The GPU family's NVML reader: every GPU fact of the facts document, through nvidia-ml-py,
+but each GPU's NVLink fabric record, which the nvfabric family reads over the same session.
 
 Each NVML call runs on the session's worker with its timeout (gpuhealth.probe.nvml); a call
 that fails nulls only its own keys, with the reason. Node side: Python 3.6, the standard
@@ -6,13 +7,11 @@ library and, when importable, `pynvml`.
 """
 
 import ctypes
-import re
 import string
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from gpuhealth.facts import mark_unavailable, reason
-from gpuhealth.families.gpu import parse_fabric
 from gpuhealth.families.gpu.schema import (
     CLOCK_REASON_BITS,
     GPU_KEYS,
@@ -25,15 +24,12 @@ from gpuhealth.families.gpu.schema import (
 )
 from gpuhealth.probe.nvml import (
     MIB,
-    NVML_ERROR_FUNCTION_NOT_FOUND,
     NVML_ERROR_INVALID_ARGUMENT,
     NVML_ERROR_NOT_SUPPORTED,
     NVML_SUCCESS,
     Keys,
     Session,
     Unavailable,
-    close_session,
-    open_session,
     process_record,
 )
 
@@ -45,8 +41,6 @@ _LOCATIONS = {"sram": 7, "dram": 2}  # nvmlMemoryLocation_t
 _RETIREMENT_CAUSES = {"single_bit": 0, "double_bit": 1}  # nvmlPageRetirementCause_t
 _DEFAULT_MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS before nvidia-ml-py 13.610
 NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25  # a driver older than the struct version passed
-# nvmlDeviceGetGpuFabricInfoV structs, newest first: v3 adds the health summary to v2's mask.
-_FABRIC_STRUCTS = (("v3", "c_nvmlGpuFabricInfo_v3_t"), ("v2", "c_nvmlGpuFabricInfo_v2_t"))
 # nvmlDeviceGetPlatformInfo structs, newest first, and their members for the PLATFORM_KEYS:
 # v2 renamed v1's rack-relative slot and node fields and replaced the rack GUID by the
 # chassis serial number.
@@ -152,6 +146,39 @@ def _clock_reasons(mask: int) -> dict:
     return {"active": active, "mask": mask, "unavailable": {}}
 
 
+def call_label(index: int, name: str, *extra: str) -> str:
+    """A call as it appears in details and errors: nvmlDeviceGetX(gpu=2, ...)."""
+    return f"{name}({', '.join((f'gpu={index}', *extra))})"
+
+
+def newest(
+    session: Session,
+    at: Callable[..., str],
+    function: str,
+    handle: Any,
+    structs: List[Tuple[str, Any]],
+    lacking: Unavailable,
+) -> Tuple[str, Any, List[str]]:
+    """Call a versioned NVML function of a GPU (`handle`) with the newest of `structs`
+    ((name, ctypes class), newest first) the driver takes: (its name, the filled struct, the
+    names the driver refused as too new). Raises the call's Unavailable: `lacking` when there
+    is no struct, the last version mismatch when the driver takes none, any other error at
+    once. `at(function, name)` labels a call."""
+    refused: List[str] = []
+    for name, struct in structs:
+        info = struct()
+        try:
+            session.call(at(function, name), function, handle, ctypes.byref(info))
+        except Unavailable as why:
+            if why.code != NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+                raise
+            refused.append(name)  # a driver older than this struct: try the older one
+            lacking = why
+            continue
+        return name, info, refused
+    raise lacking
+
+
 class _GpuReader:
     """Reads one GPU record; every failing call nulls only its own keys."""
 
@@ -168,7 +195,7 @@ class _GpuReader:
 
     def at(self, name: str, *extra: str) -> str:
         """The call as it appears in details and errors: nvmlDeviceGetX(gpu=2, ...)."""
-        return f"{name}({', '.join((f'gpu={self.index}', *extra))})"
+        return call_label(self.index, name, *extra)
 
     def read(
         self,
@@ -199,7 +226,6 @@ class _GpuReader:
         self._pcie()
         self._nvlink()
         self._nvlink_errors()
-        self._fabric()
         self._platform()
         self.read(
             self.gpu,
@@ -590,85 +616,6 @@ class _GpuReader:
                 else:
                     counter["second"] = value
 
-    def _fabric(self) -> None:
-        """The GPU's NVLink fabric: nvmlDeviceGetGpuFabricInfoV with the newest struct both
-        the bindings and the driver know, else the deprecated nvmlDeviceGetGpuFabricInfo
-        (no health) where the driver or the bindings lack the V call."""
-        nv = self.s.nv
-        structs = [(name, getattr(nv, cls)) for name, cls in _FABRIC_STRUCTS if hasattr(nv, cls)]
-        lacking = Unavailable(
-            "not_supported",
-            self.at("nvmlDeviceGetGpuFabricInfoV"),
-            "no nvmlGpuFabricInfo v2/v3 struct in the installed nvidia-ml-py",
-        )
-        try:
-            name, info, refused = self._newest("nvmlDeviceGetGpuFabricInfoV", structs, lacking)
-        except Unavailable as why:
-            older_call = (NVML_ERROR_ARGUMENT_VERSION_MISMATCH, NVML_ERROR_FUNCTION_NOT_FOUND)
-            if why.code in older_call or (why.code is None and why.kind == "not_supported"):
-                self._deprecated_fabric(why)  # no struct or V call the driver and bindings share
-            else:
-                self.s.note(self.gpu, "fabric", why)
-            return
-        label = self.at("nvmlDeviceGetGpuFabricInfoV", name)
-        summary = info.healthSummary if name == "v3" else None
-        older = f"the driver refused {refused[0]}" if refused else "no newer one in nvidia-ml-py"
-        why_not = f"{label}: the {name} struct has no health summary ({older})"
-        self._store_fabric(info, label, info.healthMask, summary, why_not)
-
-    def _newest(
-        self, function: str, structs: List[Tuple[str, Any]], lacking: Unavailable
-    ) -> Tuple[str, Any, List[str]]:
-        """Call a versioned NVML function with the newest of `structs` ((name, ctypes class),
-        newest first) the driver takes: (its name, the filled struct, the names the driver
-        refused as too new). Raises the call's Unavailable: `lacking` when there is no struct,
-        the last version mismatch when the driver takes none, any other error at once."""
-        refused: List[str] = []
-        for name, struct in structs:
-            info = struct()
-            try:
-                self.s.call(self.at(function, name), function, self.handle, ctypes.byref(info))
-            except Unavailable as why:
-                if why.code != NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
-                    raise
-                refused.append(name)  # a driver older than this struct: try the older one
-                lacking = why
-                continue
-            return name, info, refused
-        raise lacking
-
-    def _deprecated_fabric(self, lacking: Unavailable) -> None:
-        """nvmlDeviceGetGpuFabricInfo: state, status, clique and cluster, no health."""
-        label = self.at("nvmlDeviceGetGpuFabricInfo")
-        struct = getattr(self.s.nv, "c_nvmlGpuFabricInfo_t", None)
-        if struct is None:
-            self.s.note(self.gpu, "fabric", lacking)
-            return
-        info = struct()
-        try:
-            self.s.call(label, "nvmlDeviceGetGpuFabricInfo", self.handle, ctypes.byref(info))
-        except Unavailable as why:
-            if why.kind == "not_supported" and why.code != NVML_ERROR_NOT_SUPPORTED:
-                why = Unavailable(why.kind, why.call, f"{why.error}; {lacking.detail}", why.code)
-            self.s.note(self.gpu, "fabric", why)  # neither call there: say why for both
-            return
-        no_health = f"{label} reports no health ({lacking.detail})"
-        self._store_fabric(info, label, None, None, no_health)
-
-    def _store_fabric(
-        self, info: Any, label: str, mask: Optional[int], summary: Optional[int], why_not: str
-    ) -> None:
-        if info.state == parse_fabric.STATE_NOT_SUPPORTED:
-            why = Unavailable(
-                "not_supported", label, "fabric state NOT_SUPPORTED (no NVLink fabric)"
-            )
-            self.s.note(self.gpu, "fabric", why)
-            return
-        health = parse_fabric.decode_health(mask, summary, label, why_not)
-        self.gpu["fabric"] = parse_fabric.from_nvml(
-            info.state, self._status(info.status), info.cliqueId, list(info.clusterUuid), health
-        )
-
     def _platform(self) -> None:
         """Where the GPU sits: nvmlDeviceGetPlatformInfo (GB200/GB300 trays; NOT_SUPPORTED on
         HGX boards is normal) with the newest struct the driver takes, and the module id from
@@ -703,7 +650,9 @@ class _GpuReader:
         )
         structs = [(n, getattr(nv, c)) for n, c, _ in _PLATFORM_STRUCTS if hasattr(nv, c)]
         try:
-            name, info, refused = self._newest("nvmlDeviceGetPlatformInfo", structs, lacking)
+            name, info, refused = newest(
+                self.s, self.at, "nvmlDeviceGetPlatformInfo", self.handle, structs, lacking
+            )
         except Unavailable as why:
             return why
         label = self.at("nvmlDeviceGetPlatformInfo", name)
@@ -730,14 +679,6 @@ class _GpuReader:
         else:
             detail = f"{label}: chassis serial {raw.hex()} is not text"
             self.s.note(platform, "chassis_serial", Unavailable("error", label, detail))
-
-    def _status(self, code: int) -> str:
-        """The fabric status (an nvmlReturn_t) in nvidia-smi's words: "Success",
-        "Insufficient Resources" (from pynvml's NVMLError_InsufficientResources)."""
-        if code == NVML_SUCCESS:
-            return "Success"
-        name = type(self.s.nv.NVMLError(code)).__name__.partition("_")[2]
-        return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name) or f"NVML error {code}"
 
     def _recovery_action(self) -> None:
         """Field 230 reports errors per value in nvmlReturn; the call itself still succeeds."""
@@ -783,33 +724,29 @@ def _driver(session: Session) -> Dict[str, Any]:
 
 
 def collect(
-    call_timeout_s: float, errors: List[Dict[str, Any]], nvlink_error_window_s: float = 0.0
+    session: Session, errors: List[Dict[str, Any]], nvlink_error_window_s: float = 0.0
 ) -> Optional[Dict[str, Any]]:
-    """The driver, gpu_count and gpus parts of the facts document, read over NVML.
+    """The driver, gpu_count and gpus parts of the facts document, read over an open NVML
+    session (gpuhealth.probe.nvml.open_session; the caller closes it, after the families that
+    build on the GPU family read over it too: the NVLink fabric's).
 
-    None (with the reason appended to `errors`) when NVML cannot be used at all, so the caller
-    can fall back to nvidia-smi. Each NVML call may take at most call_timeout_s. The NVLink
-    error counters are read twice, nvlink_error_window_s apart: one wait for all GPUs.
+    None (with the reason appended to `errors`) when NVML cannot count the GPUs, so the caller
+    can fall back to nvidia-smi. The NVLink error counters are read twice,
+    nvlink_error_window_s apart: one wait for all GPUs.
     """
-    session = open_session(call_timeout_s, errors)
-    if session is None:
-        return None
-    facts = None
     try:
         count = session.call("nvmlDeviceGetCount", "nvmlDeviceGetCount")
     except Unavailable as why:  # without the GPU count NVML is of no use; nvidia-smi may do
         errors.append({"probe": "nvml", "call": why.call, "error": why.error})
-    else:
-        driver = _driver(session)
-        readers = [_GpuReader(session, index) for index in range(count)]
-        gpus = [reader.collect() for reader in readers]
-        waiting = [reader for reader in readers if reader.first_read_at is not None]
-        if waiting and nvlink_error_window_s > 0 and not session.worker.hung:
-            time.sleep(nvlink_error_window_s)
-        for reader in waiting:
-            since = len(session.lost)
-            reader.read_nvlink_errors_again(nvlink_error_window_s, session.worker.hung)
-            reader.became_lost(since)  # it fell off the bus during the window
-        facts = {"driver": driver, "gpu_count": count, "gpus": gpus}
-    close_session(session)
-    return facts
+        return None
+    driver = _driver(session)
+    readers = [_GpuReader(session, index) for index in range(count)]
+    gpus = [reader.collect() for reader in readers]
+    waiting = [reader for reader in readers if reader.first_read_at is not None]
+    if waiting and nvlink_error_window_s > 0 and not session.worker.hung:
+        time.sleep(nvlink_error_window_s)
+    for reader in waiting:
+        since = len(session.lost)
+        reader.read_nvlink_errors_again(nvlink_error_window_s, session.worker.hung)
+        reader.became_lost(since)  # it fell off the bus during the window
+    return {"driver": driver, "gpu_count": count, "gpus": gpus}
