@@ -737,3 +737,18 @@ def test_gpuhealth_probe_level_standard_runs_the_load_tests_here(tmp_path):
         timeout=120,
     )
     assert unknown.returncode == 2 and "does not list this host (n9)" in unknown.stderr
+
+
+def test_results_of_a_lower_level_are_not_judged_as_a_higher_one(tmp_path):
+    """Facts collected at standard (`dcgmi diag -r 2`) judged at --level full, which runs
+    `-r 3`: DCGM is not judged, saying why; single-node NCCL, the same at both, is."""
+    facts = carried_facts(standin_env(tmp_path))
+    view = NodeView("n1", facts, h100().limits)
+    reason = collect.saved_run(view, "dcgm", "full")
+    assert reason == (
+        "these facts carry `dcgmi diag -r 2 -j` (collected at level standard); level full runs "
+        "`dcgmi diag -r 3 -j`: collect with -e level=full"
+    )
+    section, kept = collect.saved_run(view, "nccl", "full")
+    assert section is facts["nccl"] and [name for name, _ in kept] == ["nccl-all_reduce_perf"]
+    assert collect.saved_run(view, "dcgm", "standard")[0] is facts["dcgm"]

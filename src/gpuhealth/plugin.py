@@ -766,7 +766,7 @@ def with_active(slot: Slot | Subject, section: str) -> Subject:
     state = host.state
     launched = section not in host.active
     if launched and host.target.host is None:
-        saved = saved_run(subject.view.facts, section)
+        saved = saved_run(subject.view, section, state.level)
         if isinstance(saved, str):
             pytest.skip(saved)
         host.active[section] = saved

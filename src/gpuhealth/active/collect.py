@@ -201,16 +201,27 @@ def on_this_node(facts: dict[str, Any], limits: Profile, level: str) -> dict[str
 # ---------------------------------------------------------------- judging saved facts
 
 
-def saved_run(facts: dict[str, Any], section: str) -> Run | str:
-    """A saved facts document's load test `section` as a live run would have it: the section
-    and its raw outputs, a failed section where the facts claim its level without it, or
-    why there is nothing to judge (a reason to skip)."""
+def saved_run(view: NodeView, section: str, level: str) -> Run | str:
+    """A saved facts document's load test `section` as a live run at `level` would have it:
+    the section and its raw outputs, a failed section where the facts claim its level without
+    it, or why there is nothing to judge (a reason to skip): no load tests in the facts, or
+    those of a lower level than `level` runs (`dcgmi diag -r 2` judged at --level full)."""
+    facts = view.facts
     value = facts.get(section)
+    claimed = facts.get(LEVEL_KEY)
     if isinstance(value, dict):
         kept = value.get(RAW_KEY) or []
-        return value, [(str(r.get("name")), outcome_of(r)) for r in kept if isinstance(r, dict)]
+        run = [(str(r.get("name")), outcome_of(r)) for r in kept if isinstance(r, dict)]
+        if claimed in LEVELS and not level_allows(claimed, level):
+            carried = [outcome.command for _, outcome in run]
+            wanted = [p.command for p in plan(view, level) if p.section == section]
+            if wanted != carried:
+                return (
+                    f"these facts carry `{'`, `'.join(carried)}` (collected at level {claimed}); "
+                    f"level {level} runs `{'`, `'.join(wanted)}`: collect with -e level={level}"
+                )
+        return value, run
     needed = registry.active_run(section).level
-    claimed = facts.get(LEVEL_KEY)
     if claimed in LEVELS and level_allows(claimed, needed):
         failed = {
             "error": f"the facts were collected at level {claimed} but carry no {section} results",
