@@ -2,11 +2,12 @@
 
 Writes a synthetic store through the real Store (a run per night, every node with 8 GPUs and
 the values a healthy H100 node stores: about 140 a node a night, 4 million in all; a few
-regressions a night, one GPU of ten nodes warming up from night 20), then times the commands
-people run in the morning:
+regressions a night: one GPU of ten nodes, or --warming N, warming up from night 20), then
+times the commands people run in the morning:
 
     .venv/bin/python bench/history_fleet.py                 # build /tmp/gpuhealth-fleet.sqlite
     .venv/bin/python bench/history_fleet.py --nodes 100     # a smaller one
+    .venv/bin/python bench/history_fleet.py --warming 1000  # every node regressed
 
 Each command's wall time and exit status are printed; the store is kept for further looks
 (`gpuhealth history ... --history /tmp/gpuhealth-fleet.sqlite`).
@@ -119,9 +120,9 @@ def night_record(night: int, nodes: int, warm: set[int], rng: random.Random) -> 
     return run
 
 
-def build(path: Path, nodes: int, nights: int) -> None:
+def build(path: Path, nodes: int, nights: int, warming: int) -> None:
     rng = random.Random(23)
-    warm = set(rng.sample(range(nodes), 10))
+    warm = set(rng.sample(range(nodes), min(warming, nodes)))
     store = Store(str(path))
     started = time.monotonic()
     for night in range(nights):
@@ -144,10 +145,13 @@ def main() -> None:
     parser.add_argument("--nights", type=int, default=30)
     parser.add_argument("--store", type=Path, default=Path("/tmp/gpuhealth-fleet.sqlite"))
     parser.add_argument("--reuse", action="store_true", help="time an existing store")
+    parser.add_argument(
+        "--warming", type=int, default=10, help="nodes whose GPU 3 warms up from night 20 (10)"
+    )
     args = parser.parse_args()
     if not args.reuse:
         args.store.unlink(missing_ok=True)
-        build(args.store, args.nodes, args.nights)
+        build(args.store, args.nodes, args.nights, args.warming)
     cli = str(Path(sys.executable).parent / "gpuhealth")
     store = ("--history", str(args.store))
     since = time.strftime("%Y-%m-%d", time.gmtime(T0 + (args.nights - 7) * DAY))
