@@ -51,9 +51,10 @@ def run(command: str, timeout_s: float) -> Dict[str, Any]:
         "rc": None,
         "stdout": "",
         "stderr": "",
+        "duration_s": 0.0,
         "error": None,
+        "timed_out": False,
     }
-    record["timed_out"] = False
     try:
         proc = subprocess.Popen(
             ["sh", "-c", wrapped],
@@ -63,7 +64,6 @@ def run(command: str, timeout_s: float) -> Dict[str, Any]:
         )
     except OSError as exc:
         record["error"] = f"cannot start sh: {exc}"
-        record["duration_s"] = 0.0
         return record
     try:
         out, err = proc.communicate(timeout=limit + KILL_GRACE_S + PIPE_GRACE_S)
