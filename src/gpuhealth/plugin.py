@@ -50,6 +50,7 @@ from gpuhealth.reporter import Reporter
 from gpuhealth.results import Status
 from gpuhealth.shards import Shard
 from gpuhealth.sinks import Record
+from gpuhealth.sinks import registered as registered_sinks
 from gpuhealth.targets import Target, gpu_param, live_targets, offline_targets
 from gpuhealth.transport import ProbeError, run_probe
 
@@ -171,6 +172,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="judge only shard K of N of the hosts (by a hash of each name: every host is in "
         "one shard); `gpuhealth merge` makes the shards' reports one",
     )
+    for sink in registered_sinks():  # an output's own option (see gpuhealth.sinks)
+        if sink.option:
+            group.addoption(sink.option, metavar=sink.option_metavar, help=sink.option_help)
     parser.addini("gpuhealth", "this is the gpuhealth suite (its pytest.ini)", type="bool")
 
 

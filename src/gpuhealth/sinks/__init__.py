@@ -6,7 +6,7 @@ report, serialised once (`Record.wire`); the controller's Reporter folds each te
 into a `FinishedTest`, feeds it to the verdicts and to every sink, and at the end hands every
 sink the run's verdicts (`RunEnd`).
 
-A sink implements `Sink`: `open` (does this run want it?), `host` (what a host measured),
+A sink is a `Sink`: `open` (does this run want it?), `host` (what a host measured),
 `outcome` (one finished test), `close` (the verdicts). A sink that raises is reported, by its
 name, and dropped; the others go on (`Sinks`). `NAMES` lists the sinks, one module each in
 this package, in the order they close: history first, as it adds what the run store knows to
@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from gpuhealth.checks import Finding
 from gpuhealth.results import Action, Result, Shared, Status
@@ -222,27 +222,31 @@ class RunEnd:
     finished_at: float = field(default_factory=time.time)
 
 
-class Sink(Protocol):
-    """One output of a run. Any method may raise: the sink is then reported and dropped."""
+class Sink:
+    """One output of a run: a subclass sets `name`, implements `open` and `close`, and
+    `host` and `outcome` where it uses them. Any method may raise: the sink is then reported
+    and dropped. A sink with `option` gets that pytest option (`--verdicts-csv PATH`), read
+    with RunInfo.option."""
 
-    name: str  # what a problem is reported as
-    fails_run: bool  # whether its failure turns a green run red (a nightly's history)
+    name = ""  # what a problem is reported as
+    fails_run = False  # whether its failure turns a green run red (a nightly's history)
+    option: str | None = None  # its own pytest option, if it has one
+    option_help = ""
+    option_metavar = "PATH"
 
     def open(self, run: RunInfo) -> bool:
         """Start the output; False when the run did not ask for it (it then gets nothing)."""
-        ...
+        raise NotImplementedError
 
     def host(self, host: str, record: Record) -> None:
         """What a host measured (`identity`, `rows`, `readings`), from its first test."""
-        ...
 
     def outcome(self, test: FinishedTest) -> None:
         """One finished test, with its record."""
-        ...
 
     def close(self, end: RunEnd) -> None:
         """The run is over: write what is left."""
-        ...
+        raise NotImplementedError
 
 
 class SinkError(Exception):
@@ -270,10 +274,16 @@ class Sinks:
                     self.open.append(sink)
             except Exception as exc:  # one output's failure stops no other
                 self._failed(sink, exc)
+        self._listening()
+
+    def _listening(self) -> None:
+        """Which open sinks take hosts and outcomes (the others are not called per test)."""
+        self._hosts = [s for s in self.open if type(s).host is not Sink.host]
+        self._outcomes = [s for s in self.open if type(s).outcome is not Sink.outcome]
 
     def host(self, host: str, record: Record) -> None:
         """Every sink: what `host` measured."""
-        for sink in self.open:
+        for sink in self._hosts:
             try:
                 sink.host(host, record)
             except Exception as exc:
@@ -281,7 +291,7 @@ class Sinks:
 
     def outcome(self, test: FinishedTest) -> None:
         """Every sink: one finished test."""
-        for sink in self.open:
+        for sink in self._outcomes:
             try:
                 sink.outcome(test)
             except Exception as exc:
@@ -295,6 +305,7 @@ class Sinks:
             except Exception as exc:
                 self._failed(sink, exc)
         self.open = []
+        self._listening()
 
     def _failed(self, sink: Sink, exc: Exception) -> None:
         if isinstance(exc, SinkError):
@@ -302,5 +313,6 @@ class Sinks:
         else:
             self.problems.append(f"{sink.name} not written: {type(exc).__name__}: {exc}")
         self.failed_run = self.failed_run or sink.fails_run
-        # A new list: a loop over the old one goes on undisturbed.
+        # New lists: a loop over the old ones goes on undisturbed.
         self.open = [other for other in self.open if other is not sink]
+        self._listening()

@@ -12,17 +12,16 @@ from gpuhealth.history.run import History
 from gpuhealth.history.show import trends_png
 from gpuhealth.history.store import StoreError
 from gpuhealth.results import Action, Status
-from gpuhealth.sinks import FinishedTest, Record, RunEnd, RunInfo, SinkError, check_of
+from gpuhealth.sinks import FinishedTest, RunEnd, RunInfo, Sink, SinkError, check_of
 
 TREND_DAYS = 30  # the span of the history plot the Allure report carries
 
 
-class AllureSink:
+class AllureSink(Sink):
     """Each test's result with the labels a fleet is filtered by; the run's summary, overview
     page and trend plot as the report's environment and attachments."""
 
     name = "Allure results"
-    fails_run = False
 
     def open(self, run: RunInfo) -> bool:
         if run.allure is None:
@@ -31,9 +30,6 @@ class AllureSink:
         self.level = run.level
         self.history: History = run.history
         return True
-
-    def host(self, host: str, record: Record) -> None:
-        """Nothing: the facts are attached by the test that reads them."""
 
     def outcome(self, test: FinishedTest) -> None:
         self.allure.write(case(test))

@@ -12,10 +12,10 @@ from typing import Any
 
 from gpuhealth.history.run import new_failures, run_record
 from gpuhealth.history.store import StoreError
-from gpuhealth.sinks import FinishedTest, Record, RunEnd, RunInfo, SinkError
+from gpuhealth.sinks import Record, RunEnd, RunInfo, Sink, SinkError
 
 
-class HistorySink:
+class HistorySink(Sink):
     """Appends the run to the store at its end (nothing with --history-read-only)."""
 
     name = "run history"
@@ -36,9 +36,6 @@ class HistorySink:
         kept["rows"] += record.rows or []
         if record.identity is not None:
             kept["identity"] = record.identity
-
-    def outcome(self, test: FinishedTest) -> None:
-        """Nothing: the store keeps the findings, from the verdicts."""
 
     def close(self, end: RunEnd) -> None:
         history = self.history

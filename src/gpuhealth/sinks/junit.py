@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 from gpuhealth.junit_results import JUnitResults
-from gpuhealth.sinks import FinishedTest, Record, RunEnd, RunInfo, SinkError
+from gpuhealth.sinks import FinishedTest, RunEnd, RunInfo, Sink, SinkError
 
 
-class JUnitSink:
+class JUnitSink(Sink):
     """One `testcase` per finished test, as pytest's junitxml writes it."""
 
     name = "JUnit XML"
-    fails_run = False
 
     def open(self, run: RunInfo) -> bool:
         if run.junit is None:
             return False
         self.junit: JUnitResults = run.junit
         return True
-
-    def host(self, host: str, record: Record) -> None:
-        """Nothing: JUnit has test cases only."""
 
     def outcome(self, test: FinishedTest) -> None:
         seconds = max(0.0, (test.stop_ms - test.start_ms) / 1000)

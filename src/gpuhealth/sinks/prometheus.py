@@ -7,14 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpuhealth.sinks import FinishedTest, Record, RunEnd, RunInfo, SinkError
+from gpuhealth.sinks import FinishedTest, Record, RunEnd, RunInfo, Sink, SinkError
 
 
-class PrometheusSink:
+class PrometheusSink(Sink):
     """Counts every check outcome as the run goes; writes the file at its end."""
 
     name = "Prometheus textfile"
-    fails_run = False
 
     def open(self, run: RunInfo) -> bool:
         if run.textfile_dir is None:

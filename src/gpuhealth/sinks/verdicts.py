@@ -5,24 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuhealth import report as reporting
-from gpuhealth.sinks import FinishedTest, Record, RunEnd, RunInfo, SinkError
+from gpuhealth.sinks import RunEnd, RunInfo, Sink, SinkError
 
 
-class VerdictsSink:
+class VerdictsSink(Sink):
     """Written at the end of every run, even one cut short (`complete` says so)."""
 
     name = "verdicts"
-    fails_run = False
 
     def open(self, run: RunInfo) -> bool:
         self.run = run
         return True
-
-    def host(self, host: str, record: Record) -> None:
-        """Nothing: the verdicts come whole at the end."""
-
-    def outcome(self, test: FinishedTest) -> None:
-        """Nothing: the verdicts come whole at the end."""
 
     def close(self, end: RunEnd) -> None:
         path: Path = self.run.verdicts
