@@ -99,6 +99,26 @@ def in_tree(tree: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
     )
 
 
+def suite_in(
+    tree: Path, facts: Path, inventory: Path, *options: str, cwd: Path
+) -> subprocess.CompletedProcess:
+    """The suite of the copied tree on saved facts and an inventory, with `options`."""
+    return in_tree(
+        tree,
+        "-m",
+        "pytest",
+        "-c",
+        str(tree / "pytest.ini"),
+        "--facts",
+        str(facts),
+        "--inventory",
+        str(inventory),
+        *options,
+        "-rA",
+        cwd=cwd,
+    )
+
+
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory) -> Path:
     """A copy of the checkout with the walkthrough followed: copy, write, delete the rest."""
@@ -179,16 +199,10 @@ def test_the_new_family_is_probed_shipped_and_judged(tree, tmp_path):
     inventory.write_text(
         "all:\n  vars:\n    clocksource_expected: tsc\n  hosts: {n1: {}, n2: {}, n3: {}}\n"
     )
-    run = in_tree(
+    run = suite_in(
         tree,
-        "-m",
-        "pytest",
-        "-c",
-        str(tree / "pytest.ini"),
-        "--facts",
-        str(facts),
-        "--inventory",
-        str(inventory),
+        facts,
+        inventory,
         f"--junitxml={tmp_path / 'junit.xml'}",
         f"--alluredir={tmp_path / 'allure'}",
         f"--verdicts={tmp_path / 'verdicts.json'}",
@@ -197,7 +211,6 @@ def test_the_new_family_is_probed_shipped_and_judged(tree, tmp_path):
         "--history-create",
         "-k",
         "clocksource",
-        "-rA",
         cwd=tmp_path,
     )
     assert run.returncode == 1, run.stdout + run.stderr
@@ -226,21 +239,14 @@ def test_the_new_family_is_probed_shipped_and_judged(tree, tmp_path):
     doc["collected_at"] = "2030-01-02T03:00:00Z"
     (night / "n2.json").write_text(json.dumps(doc))
     inventory.write_text("all:\n  hosts: {n2: {}}\n")
-    again = in_tree(
+    again = suite_in(
         tree,
-        "-m",
-        "pytest",
-        "-c",
-        str(tree / "pytest.ini"),
-        "--facts",
-        str(night),
-        "--inventory",
-        str(inventory),
+        night,
+        inventory,
         f"--junitxml={night / 'junit.xml'}",
         f"--history={tmp_path / 'history.sqlite'}",
         "-k",
         "node_regression",
-        "-rA",
         cwd=tmp_path,
     )
     assert again.returncode == 1, again.stdout + again.stderr
