@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import re
 import shutil
+import subprocess
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
@@ -175,23 +176,41 @@ def test_an_answer_nothing_vouches_for_is_never_healthy():
 # ---------------------------------------------------------------- the walkthrough
 
 
-def walkthrough() -> tuple[dict[str, str], str]:
-    """The module the walkthrough writes (path -> content) and its NAMES line."""
+def walkthrough() -> tuple[str, str, str]:
+    """The module the walkthrough writes (its path and content) and its NAMES line."""
     text = chapter("Adding an output")
-    files = {
-        path: textwrap.dedent(body)
-        for path, body in re.findall(
-            r"^ *`([\w/.]+\.py)`:\n\n *```python\n(.*?)^ *```", text, re.M | re.S
-        )
-    }
+    ((path, body),) = re.findall(
+        r"`(src/[\w/.]+\.py)`:\n\n *```python\n(.*?)^ *```", text, re.M | re.S
+    )
     (names,) = re.findall(r"^ *(NAMES = \(\n.*?^ *\))$", text, re.M | re.S)
-    return files, textwrap.dedent("   " + names)
+    return path, textwrap.dedent(body), textwrap.dedent("   " + names)
 
 
 def test_the_walkthrough_writes_one_module_and_one_line():
-    files, names = walkthrough()
-    assert sorted(files) == ["src/gpuhealth/sinks/csv_verdicts.py"]
+    path, _, names = walkthrough()
+    assert path == "src/gpuhealth/sinks/csv_verdicts.py"
     assert names.endswith('"prometheus",\n    "csv_verdicts",\n)')
+
+
+def suite(tree: Path, facts: Path, reports: Path, *options: str) -> subprocess.CompletedProcess:
+    """The copied tree's suite on `facts`, its ECC checks only, without a run store."""
+    return in_tree(
+        tree,
+        "-m",
+        "pytest",
+        "-c",
+        str(tree / "pytest.ini"),
+        "--facts",
+        str(facts),
+        "--profile",
+        "h100-sxm",
+        "--no-history",
+        f"--verdicts={reports / 'verdicts.json'}",
+        "-k",
+        "ecc_errors",
+        *options,
+        cwd=reports,
+    )
 
 
 @pytest.mark.suite
@@ -200,9 +219,8 @@ def test_the_new_output_is_registered_and_written(tmp_path):
     shutil.copytree(REPO / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "tests", tree / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pytest.ini", tree)
-    files, names = walkthrough()
-    for path, body in files.items():
-        (tree / path).write_text(body)
+    path, body, names = walkthrough()
+    (tree / path).write_text(body)
     init = tree / "src/gpuhealth/sinks/__init__.py"
     text, count = re.subn(r"^NAMES = \(\n.*?^\)$", names, init.read_text(), flags=re.M | re.S)
     assert count == 1
@@ -212,23 +230,7 @@ def test_the_new_output_is_registered_and_written(tmp_path):
     bad["gpus"][3]["ecc"]["volatile"]["uncorrected"] = 3
     facts = write_facts(tmp_path / "facts", n1=healthy_h100(), n2=bad)
     out = tmp_path / "verdicts.csv"
-    run = in_tree(
-        tree,
-        "-m",
-        "pytest",
-        "-c",
-        str(tree / "pytest.ini"),
-        "--facts",
-        str(facts),
-        "--profile",
-        "h100-sxm",
-        "--no-history",
-        f"--verdicts={tmp_path / 'verdicts.json'}",
-        f"--verdicts-csv={out}",
-        "-k",
-        "ecc_errors",
-        cwd=tmp_path,
-    )
+    run = suite(tree, facts, tmp_path, f"--verdicts-csv={out}")
     assert run.returncode == 1, run.stdout + run.stderr
     rows = list(csv.reader(out.open()))
     assert rows[0] == ["host", "verdict", "action", "failed_tests", "reason"]
@@ -237,23 +239,8 @@ def test_the_new_output_is_registered_and_written(tmp_path):
 
     # An output that cannot be written is reported; every other one is still written.
     (tmp_path / "verdicts.json").unlink()
-    run = in_tree(
-        tree,
-        "-m",
-        "pytest",
-        "-c",
-        str(tree / "pytest.ini"),
-        "--facts",
-        str(facts),
-        "--profile",
-        "h100-sxm",
-        "--no-history",
-        f"--verdicts={tmp_path / 'verdicts.json'}",
-        f"--verdicts-csv={tmp_path / 'no such folder' / 'verdicts.csv'}",
-        "-k",
-        "ecc_errors",
-        cwd=tmp_path,
-    )
+    nowhere = tmp_path / "no such folder" / "verdicts.csv"
+    run = suite(tree, facts, tmp_path, f"--verdicts-csv={nowhere}")
     assert run.returncode == 1, run.stdout + run.stderr
     assert "gpuhealth: verdicts CSV not written to" in run.stdout
     assert (tmp_path / "verdicts.json").is_file()
