@@ -263,9 +263,15 @@ def test_families_import_only_the_families_they_need():
 
 
 # What iterates the families' declarations (gpuhealth.registry) and so names none of them: the
-# run store and the regression rules (the history family judges every family's metrics) and
-# the exporters.
-FAMILY_BLIND = ("gpuhealth.history*", "gpuhealth.families.history.*", "*prometheus*")
+# run store and the regression rules (the history family judges every family's metrics), the
+# outputs (the sinks, the Prometheus textfile and the other integrations, the verdicts).
+FAMILY_BLIND = (
+    "gpuhealth.history*",
+    "gpuhealth.families.history.*",
+    "gpuhealth.sinks*",
+    "gpuhealth.integrations*",
+    "gpuhealth.report*",
+)
 
 
 def test_history_and_exporters_name_no_family():
