@@ -180,7 +180,7 @@ def walkthrough() -> tuple[str, str, str]:
     """The module the walkthrough writes (its path and content) and its NAMES line."""
     text = chapter("Adding an output")
     ((path, body),) = re.findall(
-        r"`(src/[\w/.]+\.py)`:\n\n *```python\n(.*?)^ *```", text, re.M | re.S
+        r"^ *`(src/[\w/.]+\.py)`:\n\n *```python\n(.*?)^ *```", text, re.M | re.S
     )
     (names,) = re.findall(r"^ *(NAMES = \(\n.*?^ *\))$", text, re.M | re.S)
     return path, textwrap.dedent(body), textwrap.dedent("   " + names)
