@@ -1,8 +1,9 @@
 """The one registry of check families, discovered from their declarations.
 
 A family is one folder under `gpuhealth/families/` whose `family.py` declares everything about
-it: its facts sections (written by its node-side `probe.py`, or by a load test in
-`active.py`), its profile keys (`limits.py`), its checks, what it measures over time for history
+it: its facts sections, the families it needs and the profile keys its node side reads
+(`schema.py`; written by its node-side `probe.py`, or by a load test in `active.py`), its
+profile keys (`limits.py`), its checks, what it measures over time for history
 and exporters (`metrics.py`), its evidence kinds for triage and its pytest markers.
 `gpuhealth.families.NAMES` lists the folders in report order; that one line is all the rest
 of gpuhealth needs to learn about a new family.
