@@ -20,7 +20,7 @@ import shutil
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -66,7 +66,7 @@ class Shard:
         digest = hashlib.sha256(host.encode()).digest()
         return int.from_bytes(digest[:8], "big") % self.count == self.index - 1
 
-    def select(self, items: Sequence[T], name_of: Any) -> list[T]:
+    def select(self, items: Sequence[T], name_of: Callable[[T], str]) -> list[T]:
         """The items (targets) whose host name, `name_of(item)`, this shard holds."""
         return [item for item in items if self.holds(name_of(item))]
 
@@ -89,6 +89,8 @@ def _present(dirs: list[Path], name: str) -> bool:
 
 
 def _node_verdict(path: Path, host: str, entry: dict[str, Any]) -> reporting.NodeVerdict:
+    """A node's entry as the verdict it was written from: the same fields or MergeError (a
+    shard written by another gpuhealth version would lose or invent fields)."""
     known = {f.name for f in fields(reporting.NodeVerdict)} - {"host"}
     if set(entry) != known:
         odd = ", ".join(sorted(set(entry) ^ known))
