@@ -197,28 +197,43 @@ def _rank(ids: dict[str, str], host: str, known: dict[str, dict[str, Any]]) -> i
     return 4 if current is not None and current["value"] == host else None
 
 
-def resolve_machine(conn: Connection, host: str, ids: dict[str, str]) -> dict[str, Any]:
-    """The machine a host's night belongs to: `{"id", "by"}` (`by`: the identity kind that
-    found it, `host` for its name, `new` for a machine not seen before) and, for a known one,
-    `host` and `last`: the name it was last seen under and when, and `machine_id`: its latest
-    machine id (a re-image changes it). Identities two hosts gave in one run are ignored."""
-    pairs = [(kind, value) for kind, value in ids.items() if kind in ID_KINDS]
-    pairs.append((HOST, host))
-    matched = conn.execute(
-        sa.select(ALIASES.c.node_id).where(
-            sa.or_(*(sa.and_(ALIASES.c.kind == k, ALIASES.c.value == v) for k, v in pairs)),
-            sa.not_(ALIASES.c.shared),
-        )
-    )
-    candidates = {row.node_id for row in matched}
+def _alias_rows(conn: Connection, pairs: Iterable[tuple[str, str]]) -> list[sa.Row[Any]]:
+    """The aliases of these (kind, value) pairs, shared or not (bounded IN lists: a fleet's
+    run asks for all its hosts at once)."""
+    by_kind: dict[str, set[str]] = {}
+    for kind, value in pairs:
+        by_kind.setdefault(kind, set()).add(value)
+    found: list[sa.Row[Any]] = []
+    for kind, values in by_kind.items():
+        wanted = sorted(values)
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            found += conn.execute(
+                sa.select(ALIASES).where(ALIASES.c.kind == kind, ALIASES.c.value.in_(chunk))
+            ).all()
+    return found
+
+
+def _aliases_for(conn: Connection, pairs: Iterable[tuple[str, str]]) -> Aliases:
+    """Every machine that one of these (kind, value) pairs names, with all its aliases that
+    are not shared."""
+    candidates = {row.node_id for row in _alias_rows(conn, pairs) if not row.shared}
     known: Aliases = {}
-    if candidates:
+    machines = sorted(candidates)
+    for start in range(0, len(machines), 500):
         for row in conn.execute(
-            sa.select(ALIASES).where(ALIASES.c.node_id.in_(candidates), sa.not_(ALIASES.c.shared))
+            sa.select(ALIASES).where(
+                ALIASES.c.node_id.in_(machines[start : start + 500]), sa.not_(ALIASES.c.shared)
+            )
         ):
             known.setdefault(row.node_id, {}).setdefault(row.kind, {})[row.value] = dict(
                 row._mapping
             )
+    return known
+
+
+def _choose(host: str, ids: dict[str, str], known: Aliases) -> dict[str, Any] | None:
+    """The known machine these identities and host name are (resolve_machine), or None."""
     ranked = []
     for node_id, aliases in known.items():
         rank = _rank(ids, host, aliases)
@@ -226,9 +241,7 @@ def resolve_machine(conn: Connection, host: str, ids: dict[str, str]) -> dict[st
             newest = max(a["last_at"] for kind in aliases.values() for a in kind.values())
             ranked.append((rank, -newest, node_id))
     if not ranked:
-        kind = next((k for k in ID_KINDS if k in ids), None)
-        base = f"{kind}:{ids[kind]}" if kind else host_node_id(host)
-        return {"id": _unused(conn, base), "by": "new"}
+        return None
     rank, _, node_id = min(ranked)
     aliases = known[node_id]
     last = max((aliases.get(HOST) or {}).values(), key=lambda a: a["last_at"])
@@ -242,6 +255,27 @@ def resolve_machine(conn: Connection, host: str, ids: dict[str, str]) -> dict[st
         "last": last["last_at"],
         "machine_id": machine["value"] if machine else None,
     }
+
+
+def _pairs(host: str, ids: dict[str, str]) -> list[tuple[str, str]]:
+    """What finds a host's machine: its identities and its name."""
+    return [*((k, v) for k, v in ids.items() if k in ID_KINDS), (HOST, host)]
+
+
+def _new_id(conn: Connection, host: str, ids: dict[str, str]) -> dict[str, Any]:
+    """A machine not seen before, named by its strongest identity (else its host name)."""
+    kind = next((k for k in ID_KINDS if k in ids), None)
+    base = f"{kind}:{ids[kind]}" if kind else host_node_id(host)
+    return {"id": _unused(conn, base), "by": "new"}
+
+
+def resolve_machine(conn: Connection, host: str, ids: dict[str, str]) -> dict[str, Any]:
+    """The machine a host's night belongs to: `{"id", "by"}` (`by`: the identity kind that
+    found it, `host` for its name, `new` for a machine not seen before) and, for a known one,
+    `host` and `last`: the name it was last seen under and when, and `machine_id`: its latest
+    machine id (a re-image changes it). Identities two hosts gave in one run are ignored."""
+    known = _aliases_for(conn, _pairs(host, ids))
+    return _choose(host, ids, known) or _new_id(conn, host, ids)
 
 
 def _unused(conn: Connection, base: str) -> str:
@@ -264,22 +298,12 @@ def _unused(conn: Connection, base: str) -> str:
     return found
 
 
-def _alias(
-    conn: Connection, kind: str, value: str, values: dict[str, Any], at: float | None = None
-) -> None:
-    """Point an alias at a machine as of night `at`, unless a later night already moved it
-    (None: mark it shared, whenever it was seen)."""
+def _share(conn: Connection, kind: str, value: str, host: str) -> None:
+    """Mark an identity shared (two hosts gave it in one run): never used to find a machine."""
     where = sa.and_(ALIASES.c.kind == kind, ALIASES.c.value == value)
-    update = ALIASES.update().where(where)
-    if at is not None:
-        update = update.where(ALIASES.c.last_at <= at).values(**values, last_at=at)
-    else:
-        update = update.values(shared=True)
-    if conn.execute(update).rowcount:
-        return
-    if conn.execute(sa.select(ALIASES.c.kind).where(where)).first() is None:
-        row = {"kind": kind, "value": value, "shared": False, "last_at": at or 0.0, **values}
-        conn.execute(ALIASES.insert().values(**row))
+    if not conn.execute(ALIASES.update().where(where).values(shared=True)).rowcount:
+        row = {"node_id": "", "host": host, "last_at": 0.0, "shared": True}
+        conn.execute(ALIASES.insert().values(kind=kind, value=value, **row))
 
 
 class StoreError(RuntimeError):
@@ -463,18 +487,53 @@ class Store:
         for row in nodes:
             for pair in (json.loads(row["ids"]) if row.get("ids") else {}).items():
                 given.setdefault(pair, set()).add(row["host"])
-        kept = []
+        # Hosts of one run share no alias (names are unique in a run, shared identities are
+        # left out), so every machine is looked up at once and the aliases written after.
+        mine = {
+            row["host"]: {
+                k: v
+                for k, v in (json.loads(row["ids"]) if row.get("ids") else {}).items()
+                if len(given[(k, v)]) == 1
+            }
+            for row in nodes
+        }
+        pairs = [pair for host, ids in mine.items() for pair in _pairs(host, ids)]
+        known = _aliases_for(conn, pairs)
+        named = {
+            (kind, value): node_id
+            for node_id, aliases in known.items()
+            for kind, rows in aliases.items()
+            for value in rows
+        }
+        seen = {(alias.kind, alias.value): alias.last_at for alias in _alias_rows(conn, pairs)}
+        kept, moved, added = [], [], []
         for row in nodes:
-            at = row.get("collected_at") or started
-            ids = json.loads(row["ids"]) if row.get("ids") else {}
-            mine = {k: v for k, v in ids.items() if len(given[(k, v)]) == 1}
-            machine = resolve_machine(conn, row["host"], mine)
+            host, at = row["host"], row.get("collected_at") or started
+            mine_known = {named[p]: known[named[p]] for p in _pairs(host, mine[host]) if p in named}
+            machine = _choose(host, mine[host], mine_known) or _new_id(conn, host, mine[host])
             kept.append({**row, "node_id": machine["id"]})
-            for kind, value in ids.items():
-                if (kind, value) not in mine.items():
-                    _alias(conn, kind, value, {"node_id": "", "host": row["host"], "shared": True})
-            for kind, value in [*mine.items(), (HOST, row["host"])]:
-                _alias(conn, kind, value, {"node_id": machine["id"], "host": row["host"]}, at)
+            for pair in _pairs(host, mine[host]):
+                values = {"node_id": machine["id"], "host": host, "last_at": at}
+                if pair not in seen:
+                    added.append({"kind": pair[0], "value": pair[1], "shared": False, **values})
+                elif seen[pair] <= at:  # a re-judged older night moves no alias back
+                    moved.append({"k": pair[0], "v": pair[1], **values})
+        shared = sorted(pair for pair, hosts in given.items() if len(hosts) > 1)
+        for kind, value in shared:
+            _share(conn, kind, value, min(given[(kind, value)]))
+        if moved:
+            conn.execute(
+                ALIASES.update()
+                .where(ALIASES.c.kind == sa.bindparam("k"), ALIASES.c.value == sa.bindparam("v"))
+                .values(
+                    node_id=sa.bindparam("node_id"),
+                    host=sa.bindparam("host"),
+                    last_at=sa.bindparam("last_at"),
+                ),
+                moved,
+            )
+        if added:
+            conn.execute(ALIASES.insert(), added)
         return kept
 
     @staticmethod
