@@ -9,6 +9,11 @@ the run's start where the facts had none), not by the controller's clock: facts 
 (`pytest --facts` on an older night) are a re-judgement of that night (`nodes.rejudges`), never
 a new night, and a host's history before a given night holds only what came before it.
 
+A host's history is its machine's (`nodes.node_id`, resolve_machine): the identities its facts
+give and the names it had are `aliases` of the machine, so a renamed or re-imaged host keeps
+its history; a host whose facts name no machine is its name (`host:<name>`). A GPU's values
+carry its serial (`gpu_key`) wherever it sat (gpu_elsewhere).
+
 Writing is one transaction per run, at the end of the run (a run cut short by SIGKILL leaves
 nothing, a run cut short by ^C is kept but marked incomplete and never used as a baseline).
 Readers (xdist workers loading one host's history) never block a writer on SQLite, whose file
