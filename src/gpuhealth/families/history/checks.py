@@ -1,13 +1,16 @@
 """Regression checks: each node and GPU against its own past runs, by the rules of every metric
 the families declare (gpuhealth.metrics; found through the registry, none named here).
 
-The `history` section holds the host's complete nights before this one from the store,
-newest first: `{"store", "policy": "fail" | "warn", "now": this night (epoch), "runs": [sample,
-...], "pins": {"node": epoch | None, "gpus": {serial: epoch}}, "rejudging": {"run",
-"reported": [{check, gpu, metric}]} (only when this night was judged before)}`, where a sample
-is `{"run", "at", "verdict", "driver", "firmware", "regressions": count, "gpus": {index: {uuid,
-serial, vbios}}, "node": {metric: value}, "gpu": {index: {metric: value}}}`
-(gpuhealth.history.store), or `{"skipped": reason}` without a store. A regression FAILs (WARNs
+The `history` section holds the host's machine's complete nights before this one from the
+store (under any host name it had), newest first: `{"store", "policy": "fail" | "warn", "now":
+this night (epoch), "machine": {"id", "by", "host", "last", "machine_id", "ids"} (what the
+store found the machine by: machine_notes), "runs": [sample, ...], "elsewhere": {serial:
+[sample, ...]} (this node's GPUs' nights in other machines), "pins": {"node": epoch | None,
+"gpus": {serial: epoch}}, "rejudging": {"run", "reported": [{check, gpu, metric}]} (only when
+this night was judged before)}`, where a sample is `{"run", "at", "host", "node_id", "verdict",
+"driver", "firmware", "regressions": count, "gpus": {index: {uuid, serial, vbios}}, "node":
+{metric: value}, "gpu": {index: {metric: value}}}` (gpuhealth.history.store), or `{"skipped":
+reason}` without a store. A regression FAILs (WARNs
 with `--regressions warn`) and lists itself in the result's `regressions`; an identity change
 is a note, and so is a regression already reported for a night judged again.
 
