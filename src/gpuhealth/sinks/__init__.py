@@ -16,6 +16,7 @@ the verdicts (a node that passed last run and fails now) and says whether the ru
 from __future__ import annotations
 
 import importlib
+import operator
 import time
 from dataclasses import asdict, dataclass, field, fields
 from functools import cache
@@ -74,14 +75,14 @@ class Record:
     readings: list[dict[str, Any]] | None = None  # busy or idle readings, for exporters
 
     def wire(self) -> tuple[Any, ...]:
-        """The record as xdist carries it (plain values only), in field order."""
-        shared = self.shared
-        values = tuple(getattr(self, name) for name in _FIELDS)
-        return (
-            values
-            if shared is None
-            else (*values[:_SHARED], asdict(shared), *values[_SHARED + 1 :])
-        )
+        """The record as xdist carries it: plain values in field order, without the unset
+        fields at the end (most of them, on most tests)."""
+        values = list(_VALUES(self))
+        if self.shared is not None:
+            values[_SHARED] = asdict(self.shared)
+        while values and values[-1] is None:
+            values.pop()
+        return tuple(values)
 
     @classmethod
     def of(cls, carried: Record | tuple[Any, ...]) -> Record:
@@ -120,6 +121,7 @@ class Record:
 
 
 _FIELDS = tuple(f.name for f in fields(Record))
+_VALUES = operator.attrgetter(*_FIELDS)
 _SHARED = _FIELDS.index("shared")
 
 
