@@ -90,6 +90,10 @@ step() {
 }
 
 step "HTML report" make report ALLURE_HISTORY="$state/allure-history.jsonl"
+# The morning answer first: one line per regression of tonight's runs (warn: pytest's status
+# already says whether there were any), then the runs of the last 7 days.
+step "what regressed tonight" \
+  .venv/bin/gpuhealth history regressions --history "$history" --regressions warn
 step "the last 7 days" .venv/bin/gpuhealth history --history "$history" --since 7d
 step "history plot" \
   .venv/bin/gpuhealth history --history "$history" --plot reports/history.png --since 30d

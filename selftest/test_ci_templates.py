@@ -491,6 +491,8 @@ def test_nightly_runs_the_suite_then_every_report_step_and_keeps_its_status(nigh
         + ["--level", "standard", "-n", "8", "--history", f"{store}", "--history-create"]
         + ["--regressions", "warn", "-m", "not nccl"],
         ["make", "report", f"ALLURE_HISTORY={nightly.state}/allure-history.jsonl"],
+        ["gpuhealth", "history", "regressions", "--history", f"{store}"]
+        + ["--regressions", "warn"],
         ["gpuhealth", "history", "--history", f"{store}", "--since", "7d"],
         ["gpuhealth", "history", "--history", f"{store}"]
         + ["--plot", "reports/history.png", "--since", "30d"],
