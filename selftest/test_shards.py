@@ -128,6 +128,8 @@ def test_two_shards_merge_into_the_unsharded_report(runs):
     assert [s.rc for s in shards] == [1, 1], shards[1].output[-2000:]
     assert merged.returncode == 0, merged.stderr
     assert [sorted(s.verdicts["nodes"]) for s in shards] == [["node6", "node7", "node8"], ["node5"]]
+    assert [s.verdicts["shard"] for s in shards] == ["1/2", "2/2"]
+    assert "shard" not in whole.verdicts
     assert "verdicts.json: 4 nodes: 2 PASS, 2 FAIL" in merged.stdout
 
     out = runs["tmp"] / "merged"
@@ -169,6 +171,8 @@ def test_merge_refuses_what_is_not_one_fleet(runs, tmp_path):
     tmp = runs["tmp"]
     with pytest.raises(MergeError, match="host node5 is in .* shards overlap"):
         merge(tmp_path / "twice", [tmp / "shard2", tmp / "whole"])
+    with pytest.raises(MergeError, match="shard 2/2 is missing: give every shard's folder"):
+        merge(tmp_path / "half", [tmp / "shard1"])
     partial = tmp_path / "partial"
     partial.mkdir()
     (partial / "verdicts.json").write_text((tmp / "shard2/verdicts.json").read_text())

@@ -109,6 +109,7 @@ def merge_verdicts(dirs: list[Path], out: Path) -> tuple[list[reporting.NodeVerd
     verdicts: list[reporting.NodeVerdict] = []
     seen: dict[str, Path] = {}
     hosts: Hosts = {}
+    labels: dict[Path, str | None] = {}
     sources, stores, runs, complete = set(), set(), [], True
     for folder in dirs:
         path = folder / VERDICTS
@@ -123,6 +124,7 @@ def merge_verdicts(dirs: list[Path], out: Path) -> tuple[list[reporting.NodeVerd
             seen[host] = path
             verdicts.append(_node_verdict(path, host, entry))
         hosts[folder] = set(doc.get("hosts") or []) | set(doc["nodes"])
+        labels[folder] = doc.get("shard")
         sources.add(doc.get("source"))
         history = doc.get("history") or {}
         stores.add(history.get("store"))
@@ -130,6 +132,7 @@ def merge_verdicts(dirs: list[Path], out: Path) -> tuple[list[reporting.NodeVerd
         complete = complete and doc.get("complete") is True
     if len(sources) > 1:
         raise MergeError(f"the shards come from different sources: {sorted(map(str, sources))}")
+    _all_shards(labels)
     verdicts.sort(key=lambda v: (-reporting.ORDER[v.verdict], v.host))
     extra = {
         "hosts": sorted(set().union(*hosts.values())),
@@ -141,8 +144,34 @@ def merge_verdicts(dirs: list[Path], out: Path) -> tuple[list[reporting.NodeVerd
         },
         "shards": [str(d) for d in dirs],
     }
-    reporting.write_json(verdicts, out / VERDICTS, extra)
+    reporting.VerdictDocument(verdicts, run=extra).write(out / VERDICTS)
     return verdicts, hosts
+
+
+def _all_shards(labels: dict[Path, str | None]) -> None:
+    """Runs with `--shard K/N` say so in their verdicts.json: then each of the N must be
+    there exactly once (a missing one would leave its hosts out of the fleet's report
+    without a word). Folders of runs split another way (by inventory group) say nothing."""
+    named = {folder: label for folder, label in labels.items() if label is not None}
+    if not named:
+        return
+    if len(named) < len(labels):
+        plain = ", ".join(str(f) for f in labels if f not in named)
+        raise MergeError(f"{plain}: not a run with --shard, unlike the other folders")
+    try:
+        shards = {folder: Shard.parse(label) for folder, label in named.items()}
+    except ConfigError as exc:
+        raise MergeError(str(exc)) from None
+    counts = {shard.count for shard in shards.values()}
+    if len(counts) > 1:
+        raise MergeError(f"the shards split the fleet in different numbers: {sorted(counts)}")
+    count = counts.pop()
+    for index in range(1, count + 1):
+        given = [str(f) for f, shard in shards.items() if shard.index == index]
+        if not given:
+            raise MergeError(f"shard {index}/{count} is missing: give every shard's folder")
+        if len(given) > 1:
+            raise MergeError(f"shard {index}/{count} is given twice: {', '.join(given)}")
 
 
 # ---------------------------------------------------------------- fleet-level tests

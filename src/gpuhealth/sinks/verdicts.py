@@ -25,6 +25,8 @@ class VerdictsSink(Sink):
             "complete": end.complete,
             "history": {"store": self.run.history.name, "run": end.history_run},
         }
+        if self.run.option("shard"):  # one CI job's share: `gpuhealth merge` checks all came
+            extra["shard"] = self.run.option("shard")
         try:
             reporting.VerdictDocument(end.verdicts, run=extra).write(path)
         except OSError as exc:
