@@ -3,18 +3,21 @@
 Judging 1,024 saved documents pays every per-document step 1,024 times: the screen for values
 no report can store (documents._storable, before the walk that names a value's path) and the
 facts document written for people in the Allure report (plugin.readable_json, instead of
-json's pure-Python `indent`). Each must give what the plain form gives.
+json's pure-Python `indent`). Each must give what the plain form gives. With `-n N`, xdist's
+controller pays for every test: its scheduling must not grow with the fleet.
 """
 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from gpuhealth import documents
-from gpuhealth.plugin import readable_json
+from gpuhealth.plugin import XdistHostScheduling, readable_json
 from selftest.facts import healthy_h100, write_facts
 from selftest.mutations import FACT_VALUES, mutated_facts
 from selftest.suite import run_suite
@@ -100,3 +103,80 @@ def test_the_facts_attachment_is_the_document(tmp_path):
     attached = list((tmp_path / "r" / "allure-results").glob("*-attachment.json"))
     assert len(attached) == 1
     assert json.loads(attached[0].read_text()) == documents.validated(doc, "n1")
+
+
+QUIET = SimpleNamespace(loadscopesched=lambda *args: None)  # xdist's log, unprinted
+
+
+class Worker:
+    """What xdist's scheduler sees of a worker: the test indexes it was sent."""
+
+    def __init__(self, name: str) -> None:
+        self.gateway = SimpleNamespace(id=name)
+        self.shutting_down = False
+        self.sent: list[int] = []
+        self.done = 0
+
+    def send_runtest_some(self, indexes: list[int]) -> None:
+        self.sent += indexes
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+def schedule(scheduler: Any, ids: list[str], crash: int | None = None) -> list[Worker]:
+    """Two workers collect `ids` and run what they are sent, in turn, one test at a time
+    (the first worker is lost after `crash` tests, as xdist reports it)."""
+    workers = [Worker("gw0"), Worker("gw1")]
+    for worker in workers:
+        scheduler.add_node(worker)
+        scheduler.add_node_collection(worker, list(ids))
+    scheduler.schedule()
+    while any(w.done < len(w.sent) for w in workers if w in scheduler.assigned_work):
+        for worker in [w for w in workers if w in scheduler.assigned_work]:
+            if worker is workers[0] and worker.done == crash:
+                scheduler.remove_node(worker)
+            elif worker.done < len(worker.sent):
+                scheduler.mark_test_complete(worker, worker.sent[worker.done])
+                worker.done += 1
+    return workers
+
+
+def fleet_ids(hosts: int) -> tuple[list[str], dict[str, str]]:
+    """Test ids of `hosts` 2-GPU nodes, grouped by host as plugin.host_groups groups them."""
+    ids, groups = [], {}
+    for host in (f"n{h}" for h in range(hosts)):
+        groups[host] = host
+        ids += [f"tests/test_node.py::test_driver_version[{host}]"]
+        for gpu in (f"{host}-gpu0", f"{host}-gpu1"):
+            groups[gpu] = host
+            ids += [f"tests/test_gpu.py::test_{check}[{gpu}]" for check in ("ecc", "power")]
+    return ids, groups
+
+
+def test_hosts_are_scheduled_as_xdist_schedules_them_at_a_flat_cost():
+    ids, groups = fleet_ids(40)
+    config = SimpleNamespace(getvalue=lambda name: ["2*popen"], option=SimpleNamespace())
+    config.option.loadscopereorder = False
+    ours = XdistHostScheduling(groups).pytest_xdist_make_scheduler(config, QUIET)
+    theirs = LoadScopeScheduling(config, QUIET)
+    theirs._split_scope = ours._split_scope  # xdist's own, a host a scope
+    counted: list[int] = []
+    pending_of = ours._pending_of
+    ours._pending_of = lambda units: counted.append(len(units)) or pending_of(units)
+    got, want = schedule(ours, ids), schedule(theirs, ids)
+    assert [w.sent for w in got] == [w.sent for w in want]
+    assert sorted(got[0].sent + got[1].sent) == list(range(len(ids)))
+    assert max(counted) <= 3  # a worker's unfinished hosts, not every host it was given
+    hosts = [{groups[ids[i].rpartition("[")[2][:-1]] for i in w.sent} for w in got]
+    assert not hosts[0] & hosts[1]  # each host's tests on one worker
+
+
+def test_a_lost_worker_hands_back_only_its_unfinished_tests():
+    ids, groups = fleet_ids(10)
+    config = SimpleNamespace(getvalue=lambda name: ["2*popen"], option=SimpleNamespace())
+    config.option.loadscopereorder = False
+    ours = XdistHostScheduling(groups).pytest_xdist_make_scheduler(config, QUIET)
+    lost, kept = schedule(ours, ids, crash=7)
+    ran = lost.sent[: lost.done] + kept.sent[: kept.done]
+    assert sorted(ran) == list(range(len(ids)))  # every test once, none twice
