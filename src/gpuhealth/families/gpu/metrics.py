@@ -180,16 +180,18 @@ def _nvlink_errors(record: Any) -> dict[str, float | None]:
         return {}
     found: dict[str, float | None] = {}
     for counter, _ in NVLINK_COUNTERS:
-        values: list[float | None] = []
-        for entry in links:
+        total: float | None = 0.0
+        for entry in links:  # up to the first link without it (most GPUs lack most counters)
             reads = entry.get(counter) if isinstance(entry, dict) else None
-            if not isinstance(reads, dict):
-                values.append(None)
-                continue
-            second = number(reads.get("second"))
-            values.append(second if second is not None else number(reads.get("first")))
-        present = [value for value in values if value is not None]
-        found[f"nvlink_{counter}_errors"] = sum(present) if len(present) == len(values) else None
+            value = None
+            if isinstance(reads, dict):
+                value = number(reads.get("second"))
+                value = number(reads.get("first")) if value is None else value
+            if value is None:
+                total = None
+                break
+            total += value
+        found[f"nvlink_{counter}_errors"] = total
     return found
 
 
