@@ -246,16 +246,6 @@ def section(node: NodeView, name: str) -> Record:
     return value
 
 
-def require_nvidia(node: NodeView, evidence_too: bool = True) -> None:
-    """Skip a GPU-node check on a host with nothing NVIDIA that expects no GPU.
-
-    With `evidence_too` false, a saved log is still judged on what it holds (a kernel log
-    pasted without any nvidia-smi output has no GPU records, yet its XIDs count).
-    """
-    if node.no_nvidia and not node.expected_gpus and (evidence_too or not node.from_evidence):
-        raise StopCheck(skipped(f"no NVIDIA GPU/driver on {node.host}"))
-
-
 def load_test_output(node: NodeView, name: str, key: str, what: str, evidence: str) -> Any:
     """The parsed output of a load test, or stop: SKIP when the runner said it does not apply,
     FAIL when it produced nothing (a load test that did not run is never a pass). The runner

@@ -14,7 +14,6 @@ from gpuhealth.checks import (
     missing,
     missing_any,
     need,
-    require_nvidia,
 )
 from gpuhealth.facts import reason
 from gpuhealth.families.gpu.limits import GpuLimits
@@ -37,6 +36,16 @@ CHECKS = CheckSet(
         "processes": 4,
     },
 )
+
+
+def require_nvidia(node: NodeView, evidence_too: bool = True) -> None:
+    """Skip a GPU-node check on a host with nothing NVIDIA that expects no GPU.
+
+    With `evidence_too` false, a saved log is still judged on what it holds (a kernel log
+    pasted without any nvidia-smi output has no GPU records, yet its XIDs count).
+    """
+    if node.no_nvidia and not node.expected_gpus and (evidence_too or not node.from_evidence):
+        raise StopCheck(skipped(f"no NVIDIA GPU/driver on {node.host}"))
 
 
 def _limits(node: NodeView) -> GpuLimits:

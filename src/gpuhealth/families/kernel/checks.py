@@ -15,8 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from gpuhealth.checks import CheckSet, NodeView, StopCheck, detail, need, require_nvidia, section
-from gpuhealth.families.gpu.checks import RECOVERY, UNKNOWN_RECOVERY
+from gpuhealth.checks import CheckSet, NodeView, StopCheck, detail, need, section
+from gpuhealth.families.gpu.checks import RECOVERY, UNKNOWN_RECOVERY, require_nvidia
 from gpuhealth.families.gpu.schema import recovery_action_name
 from gpuhealth.families.kernel.limits import KernelLimits
 from gpuhealth.families.kernel.parse_kernel_faults import FAULTS

@@ -20,9 +20,9 @@ from gpuhealth.checks import (
     missing,
     need,
     null_rank,
-    require_nvidia,
 )
 from gpuhealth.facts import reason
+from gpuhealth.families.gpu.checks import require_nvidia
 from gpuhealth.families.gpu.limits import GpuLimits
 from gpuhealth.families.gpu.parse_fabric import HEALTH_KEYS, ZERO_UUID, faults
 from gpuhealth.families.gpu.schema import NVLINK_COUNTER_SOURCES

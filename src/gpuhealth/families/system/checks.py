@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhealth.checks import CheckSet, NodeView, detail, need, require_nvidia, section
+from gpuhealth.checks import CheckSet, NodeView, detail, need, section
 from gpuhealth.facts import reason
+from gpuhealth.families.gpu.checks import require_nvidia
 from gpuhealth.families.gpu.limits import GpuLimits
 from gpuhealth.families.system.limits import SystemLimits
 from gpuhealth.limits import SharedLimits
