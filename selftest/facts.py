@@ -25,7 +25,6 @@ from gpuhealth.families.kernel import parse_kernel_log
 from gpuhealth.families.system import parse_numactl
 from gpuhealth.families.system import probe as system_probe
 from gpuhealth.probe.main import Context
-from gpuhealth.probe.nvml import close_session
 
 DATA = Path(__file__).parent / "data"
 H100_TEXT = DATA / "nvidia-smi" / "gpud_h100x8_535.161.08_query.txt"
@@ -73,11 +72,7 @@ def probe(
     values = {**limits("default").values, **expect}
     ctx = Context(str(root), values, errors, facts or {})
     module = importlib.import_module(f"gpuhealth.families.{family}.probe")
-    try:
-        return module.collect(ctx), errors
-    finally:
-        if ctx.nvml is not None:  # the GPU family's session, closed as the probe closes it
-            close_session(ctx.nvml)
+    return module.collect(ctx), errors
 
 
 def section(family: str, name: str, root: str | Path = "/", **expect: Any) -> dict[str, Any]:

@@ -647,9 +647,9 @@ print(json.dumps({"inits": len(inits), "source": doc["source"], "gpus": doc["gpu
 """
 
 
-def test_the_probe_reads_the_fabric_over_the_gpu_family_s_nvml_session(fake_nvml_lib, tmp_path):
-    """The family's own node side (nvfabric/probe.py) runs after the GPU family's, which it
-    NEEDS, and fills each GPU record's fabric over the session that family opened: one
+def test_the_probe_reads_the_fabric_in_the_gpu_family_s_nvml_pass(fake_nvml_lib, tmp_path):
+    """The family's own node side (nvfabric/probe.py: GPU_READS) fills each GPU record's
+    fabric in the pass of the GPU family, which it NEEDS, over that family's session: one
     nvmlInit for the whole probe."""
     scenario = write_scenario(NVML_RUNS["healthy"], tmp_path / "tray.txt")
     proc = subprocess.run(

@@ -22,21 +22,14 @@ from gpuhealth.families.gpu.schema import GPU_KEYS
 from selftest.fakenvml import SCENARIOS, SOURCE, build_library, nvml_env, write_scenario
 
 CALL_TIMEOUT_S = 2.0
-# The probe's NVML part: the GPU family's pass, then the NVLink fabric family's reads over
-# the same session (families/nvfabric/probe.py), as gpuhealth.probe.main runs them.
+# The probe's NVML pass: the GPU family's, with the NVLink fabric family's read of each GPU
+# (families/nvfabric/probe.py: GPU_READS), as gpuhealth.probe.main hands it over.
 COLLECT = """
 def collect(timeout, errors, window=0.0):
     from gpuhealth.families.gpu import nvml
     from gpuhealth.families.nvfabric import probe as nvfabric
-    from gpuhealth.probe.nvml import close_session, open_session
-    session = open_session(timeout, errors)
-    if session is None:
-        return None
-    facts = nvml.collect(session, errors, window)
-    if facts is not None:
-        nvfabric.read(session, facts["gpus"])
-    close_session(session)
-    return facts
+    reads = [("nvfabric", read) for read in nvfabric.GPU_READS]
+    return nvml.collect(timeout, errors, window, reads)
 """
 SCRIPT = (
     COLLECT

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from gpuhealth.facts import IDLE, PROBE_VERSION, SCHEMA_VERSION
 from gpuhealth.families import NAMES
-from gpuhealth.probe import node, nvml, state
+from gpuhealth.probe import node, state
 from gpuhealth.schema import needs_order
 
 
@@ -48,9 +48,9 @@ class Context:
         # The family whose probe runs, and the profile keys it declares (None: no family).
         self.family = ""
         self.declared: Optional[Tuple[str, ...]] = None
-        # The NVML session the GPU family read the GPUs over, for the families that build on
-        # it (the NVLink fabric's); None where it used nvidia-smi. Closed when the probe ends.
-        self.nvml: Optional[nvml.Session] = None
+        # (family, read) of every family probe's GPU_READS: what it reads of each GPU during
+        # the GPU family's NVML pass, over its session (the NVLink fabric's).
+        self.gpu_reads: List[Tuple[str, Any]] = []
 
     def left_s(self) -> Optional[float]:
         """Seconds left before the probe's deadline (None: no deadline)."""
@@ -159,6 +159,7 @@ def collect(config: Dict[str, Any]) -> Dict[str, Any]:
             continue
         if module is not None:
             probes[name] = module
+            ctx.gpu_reads += [(name, read) for read in getattr(module, "GPU_READS", ())]
     try:
         order = probe_order(probes)
     except Exception as exc:  # the controller's registry refuses a circle: only a bug is left
@@ -174,8 +175,6 @@ def collect(config: Dict[str, Any]) -> Dict[str, Any]:
             for key in module.SECTIONS:
                 doc[key] = None
     ctx.family, ctx.declared = "", None
-    if ctx.nvml is not None:
-        nvml.close_session(ctx.nvml)
     try:
         ctx.node_state()  # every document says which state its node was judged in
     except Exception as exc:

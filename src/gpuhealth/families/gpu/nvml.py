@@ -1,5 +1,6 @@
-"""The GPU family's NVML reader: every GPU fact of the facts document, through nvidia-ml-py,
-but each GPU's NVLink fabric record, which the nvfabric family reads over the same session.
+"""The GPU family's NVML reader: every GPU fact of the facts document, through nvidia-ml-py;
+the families that build on it read their parts of each GPU record in the same pass, over the
+same session (their probe's GPU_READS: the NVLink fabric's).
 
 Each NVML call runs on the session's worker with its timeout (gpuhealth.probe.nvml); a call
 that fails nulls only its own keys, with the reason. Node side: Python 3.6, the standard
@@ -9,7 +10,7 @@ library and, when importable, `pynvml`.
 import ctypes
 import string
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from gpuhealth.facts import mark_unavailable, reason
 from gpuhealth.families.gpu.schema import (
@@ -30,6 +31,8 @@ from gpuhealth.probe.nvml import (
     Keys,
     Session,
     Unavailable,
+    close_session,
+    open_session,
     process_record,
 )
 
@@ -179,11 +182,19 @@ def newest(
     raise lacking
 
 
+# A read another family makes of each GPU during this family's NVML pass (a family probe's
+# GPU_READS): (the session, the GPU's record, its NVML handle); it fills its own keys of the
+# record, each failing call nulling only those, with the reason.
+GpuRead = Callable[[Session, Dict[str, Any], Any], None]
+
+
 class _GpuReader:
     """Reads one GPU record; every failing call nulls only its own keys."""
 
-    def __init__(self, session: Session, index: int) -> None:
-        self.s, self.index = session, index
+    def __init__(
+        self, session: Session, index: int, reads: Sequence[Tuple[str, GpuRead]] = ()
+    ) -> None:
+        self.s, self.index, self.reads = session, index, reads
         self.gpu = new_gpu(index)
         self.handle: Any = None
         self.first_read_at: Optional[float] = None  # when the NVLink error counters were read
@@ -226,6 +237,7 @@ class _GpuReader:
         self._pcie()
         self._nvlink()
         self._nvlink_errors()
+        self._others()
         self._platform()
         self.read(
             self.gpu,
@@ -236,6 +248,15 @@ class _GpuReader:
         self._recovery_action()
         self._judge_lost(since)
         return self.gpu
+
+    def _others(self) -> None:
+        """The other families' reads of this GPU (the NVLink fabric's), each on its own: a bug
+        in one is that family's error, never the GPU record's."""
+        for family, read in self.reads:
+            try:
+                read(self.s, self.gpu, self.handle)
+            except Exception as exc:
+                self.s.errors.append({"probe": family, "error": f"{type(exc).__name__}: {exc}"})
 
     def became_lost(self, since: int) -> bool:
         """Name the GPU lost by the first of its calls since `since` (an index into the
@@ -724,29 +745,37 @@ def _driver(session: Session) -> Dict[str, Any]:
 
 
 def collect(
-    session: Session, errors: List[Dict[str, Any]], nvlink_error_window_s: float = 0.0
+    call_timeout_s: float,
+    errors: List[Dict[str, Any]],
+    nvlink_error_window_s: float = 0.0,
+    reads: Sequence[Tuple[str, GpuRead]] = (),
 ) -> Optional[Dict[str, Any]]:
-    """The driver, gpu_count and gpus parts of the facts document, read over an open NVML
-    session (gpuhealth.probe.nvml.open_session; the caller closes it, after the families that
-    build on the GPU family read over it too: the NVLink fabric's).
+    """The driver, gpu_count and gpus parts of the facts document, read over NVML, with the
+    reads other families make of each GPU over the same session (`reads`: (family, read)).
 
-    None (with the reason appended to `errors`) when NVML cannot count the GPUs, so the caller
-    can fall back to nvidia-smi. The NVLink error counters are read twice,
-    nvlink_error_window_s apart: one wait for all GPUs.
+    None (with the reason appended to `errors`) when NVML cannot be used at all, so the caller
+    can fall back to nvidia-smi. Each NVML call may take at most call_timeout_s. The NVLink
+    error counters are read twice, nvlink_error_window_s apart: one wait for all GPUs.
     """
+    session = open_session(call_timeout_s, errors)
+    if session is None:
+        return None
+    facts = None
     try:
         count = session.call("nvmlDeviceGetCount", "nvmlDeviceGetCount")
     except Unavailable as why:  # without the GPU count NVML is of no use; nvidia-smi may do
         errors.append({"probe": "nvml", "call": why.call, "error": why.error})
-        return None
-    driver = _driver(session)
-    readers = [_GpuReader(session, index) for index in range(count)]
-    gpus = [reader.collect() for reader in readers]
-    waiting = [reader for reader in readers if reader.first_read_at is not None]
-    if waiting and nvlink_error_window_s > 0 and not session.worker.hung:
-        time.sleep(nvlink_error_window_s)
-    for reader in waiting:
-        since = len(session.lost)
-        reader.read_nvlink_errors_again(nvlink_error_window_s, session.worker.hung)
-        reader.became_lost(since)  # it fell off the bus during the window
-    return {"driver": driver, "gpu_count": count, "gpus": gpus}
+    else:
+        driver = _driver(session)
+        readers = [_GpuReader(session, index, reads) for index in range(count)]
+        gpus = [reader.collect() for reader in readers]
+        waiting = [reader for reader in readers if reader.first_read_at is not None]
+        if waiting and nvlink_error_window_s > 0 and not session.worker.hung:
+            time.sleep(nvlink_error_window_s)
+        for reader in waiting:
+            since = len(session.lost)
+            reader.read_nvlink_errors_again(nvlink_error_window_s, session.worker.hung)
+            reader.became_lost(since)  # it fell off the bus during the window
+        facts = {"driver": driver, "gpu_count": count, "gpus": gpus}
+    close_session(session)
+    return facts

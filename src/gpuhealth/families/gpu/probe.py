@@ -14,7 +14,6 @@ from gpuhealth.families.gpu import nvml, parse_nvlink, parse_smi_xml, schema
 from gpuhealth.families.gpu.schema import new_driver
 from gpuhealth.parsing import ParseError
 from gpuhealth.probe import command, node
-from gpuhealth.probe.nvml import close_session, open_session
 from gpuhealth.schema import written
 
 if TYPE_CHECKING:
@@ -82,18 +81,14 @@ def collect(ctx: "Context") -> Dict[str, Any]:
     if ctx.gpu_source not in GPU_SOURCES:
         ctx.error("gpu", f"unknown gpu_source {ctx.gpu_source!r} (known: {GPU_SOURCES}); auto")
     if ctx.gpu_source != "nvidia-smi":
-        session = open_session(float(ctx.setting("nvml_call_timeout_s")), ctx.errors)
-        gathered = None
-        if session is not None:
-            window = float(ctx.setting("nvlink_error_window_s"))
-            gathered = nvml.collect(session, ctx.errors, window)
+        gathered = nvml.collect(
+            float(ctx.setting("nvml_call_timeout_s")),
+            ctx.errors,
+            float(ctx.setting("nvlink_error_window_s")),
+            ctx.gpu_reads,  # the families that build on this one read each GPU in its pass
+        )
         if gathered is not None:
-            # The families that build on this one read over the same session (one nvmlInit
-            # a node); the probe closes it when every family is done.
-            ctx.nvml = session
             return dict(gathered, source="nvml")
-        if session is not None:
-            close_session(session)
     gathered = _from_nvidia_smi(float(ctx.setting("nvidia_smi_timeout_s")), ctx.errors)
     if gathered is not None:
         return dict(gathered, source="nvidia-smi")

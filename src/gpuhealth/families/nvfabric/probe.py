@@ -1,22 +1,27 @@
 """The NVLink fabric family's node side: each GPU's registration with its NVLink fabric (state,
-status, clique, cluster UUID, health), read over the GPU family's NVML session into the GPU
-record's `fabric`.
+status, clique, cluster UUID, health), into the GPU record's `fabric`.
 
-It runs after the GPU family (NEEDS) and reads the GPUs that family listed over the session
-it opened (`ctx.nvml`), so the node pays for one nvmlInit. Where the GPU family read
-nvidia-smi instead, the `Fabric` block of its `-q -x` output is already in each record
-(families/gpu/parse_fabric reads both). Every call has the NVML call timeout; a failing call
-nulls only the GPU's fabric, with the reason.
+It builds on the GPU family (NEEDS): its read of a GPU (GPU_READS) runs in that family's NVML
+pass, over its session and the GPU's handle, right after the GPU's other NVLink reads, so a
+hung driver costs the GPUs read before it nothing and the node one nvmlInit. Where the GPU
+family read nvidia-smi instead, the `Fabric` block of its `-q -x` output is already in each
+record (families/gpu/parse_fabric reads both). Every call has the NVML call timeout; a failing
+call nulls only the GPU's fabric, with the reason.
 
 Node side: Python 3.6 and the standard library (plus nvidia-ml-py when importable).
 """
 
 import ctypes
 import re
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from gpuhealth.families.gpu import parse_fabric
-from gpuhealth.families.gpu.nvml import NVML_ERROR_ARGUMENT_VERSION_MISMATCH, call_label, newest
+from gpuhealth.families.gpu.nvml import (
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+    GpuRead,
+    call_label,
+    newest,
+)
 from gpuhealth.families.nvfabric import schema
 from gpuhealth.probe.nvml import (
     NVML_ERROR_FUNCTION_NOT_FOUND,
@@ -38,9 +43,8 @@ _FABRIC_STRUCTS = (("v3", "c_nvmlGpuFabricInfo_v3_t"), ("v2", "c_nvmlGpuFabricIn
 class _FabricReader:
     """Reads one GPU's fabric record into the GPU family's record of it."""
 
-    def __init__(self, session: Session, gpu: Dict[str, Any]) -> None:
-        self.s, self.gpu, self.index = session, gpu, gpu["index"]
-        self.handle: Any = None
+    def __init__(self, session: Session, gpu: Dict[str, Any], handle: Any) -> None:
+        self.s, self.gpu, self.index, self.handle = session, gpu, gpu["index"], handle
 
     def at(self, name: str, *extra: str) -> str:
         return call_label(self.index, name, *extra)
@@ -49,12 +53,6 @@ class _FabricReader:
         """The GPU's NVLink fabric: nvmlDeviceGetGpuFabricInfoV with the newest struct both
         the bindings and the driver know, else the deprecated nvmlDeviceGetGpuFabricInfo
         (no health) where the driver or the bindings lack the V call."""
-        label = self.at("nvmlDeviceGetHandleByIndex")
-        try:
-            self.handle = self.s.call(label, "nvmlDeviceGetHandleByIndex", self.index)
-        except Unavailable as why:
-            self.s.note(self.gpu, "fabric", why)
-            return
         nv = self.s.nv
         structs = [(name, getattr(nv, cls)) for name, cls in _FABRIC_STRUCTS if hasattr(nv, cls)]
         lacking = Unavailable(
@@ -120,17 +118,14 @@ class _FabricReader:
         return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name) or f"NVML error {code}"
 
 
-def read(session: Session, gpus: List[Dict[str, Any]]) -> None:
-    """The `fabric` of every GPU record the GPU family's NVML pass left unexplained (a GPU
-    whose handle it could not get already says why for every key)."""
-    for gpu in gpus:
-        unread = gpu.get("fabric") is None and "fabric" not in (gpu.get("unavailable") or {})
-        if isinstance(gpu.get("index"), int) and unread:
-            _FabricReader(session, gpu).read()
+def read_fabric(session: Session, gpu: Dict[str, Any], handle: Any) -> None:
+    """One GPU's `fabric`, in the GPU family's NVML pass."""
+    _FabricReader(session, gpu, handle).read()
+
+
+GPU_READS: Tuple[GpuRead, ...] = (read_fabric,)
 
 
 def collect(ctx: "Context") -> Dict[str, Any]:
-    """No section of its own: the GPU records' `fabric`, where the GPUs came from NVML."""
-    if ctx.facts.get("source") == "nvml" and ctx.nvml is not None:
-        read(ctx.nvml, ctx.facts.get("gpus") or [])
+    """No section of its own: its NVML reads are made in the GPU family's pass (GPU_READS)."""
     return {}
