@@ -397,6 +397,34 @@ def test_no_library(tmp_path):
     ]
 
 
+def test_a_failing_read_of_another_family_is_its_own_error(fake_nvml_lib, tmp_path):
+    """A family's read of each GPU in the GPU family's pass (GPU_READS) that raises is that
+    family's error: the GPU records are read whole all the same."""
+    script = (
+        "import json\n"
+        "from gpuhealth.families.gpu import nvml\n"
+        "def broken(session, gpu, handle):\n"
+        "    raise RuntimeError('a bug')\n"
+        "e = []\n"
+        "facts = nvml.collect(2.0, e, 0.0, [('broken', broken)])\n"
+        "print(json.dumps({'r': facts, 'errors': e}))\n"
+    )
+    scenario = write_scenario("healthy-h100x8", tmp_path / "healthy.txt")
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=nvml_env(fake_nvml_lib.parent, scenario),
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["errors"] == [{"probe": "broken", "error": "RuntimeError: a bug"}] * 8
+    gpus = result["r"]["gpus"]
+    assert [(g["lost"], g["recovery_action"]) for g in gpus] == [(False, 0)] * 8
+    assert all(g["serial"] and g["temperature_c"] is not None for g in gpus)
+
+
 def test_without_pynvml_collect_returns_none(fake_nvml_lib, tmp_path):
     (tmp_path / "pynvml.py").write_text("raise ImportError('No module named pynvml (test)')\n")
     script = COLLECT + "import json; e = []; print(json.dumps({'r': collect(2.0, e), 'errors': e}))"
