@@ -7,9 +7,11 @@ each path that ships the probe."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import random
 import subprocess
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from testinfra.backend.base import BaseBackend
 
 from gpuhealth.facts import SCHEMA_VERSION
 from gpuhealth.local import run_local_probe
-from gpuhealth.transport import ProbeError, probe_call, run_probe
+from gpuhealth.transport import ProbeError, node_profile_keys, probe_call, run_probe
 from selftest.facts import probe_config
 from selftest.suite import fake_tool
 
@@ -162,3 +164,14 @@ def test_a_connection_that_cannot_carry_stdin_is_a_clear_error():
     with pytest.raises(ProbeError, match="'docker' connection") as info:
         run_probe(host, probe_config(), timeout_s=10)
     assert not info.value.unreachable
+
+
+def test_only_the_profile_keys_the_node_declares_travel():
+    """The checks' limits stay on the controller: the node gets the keys its families' schema.py
+    declare (PROFILE_KEYS), which it enforces when a family reads one."""
+    config = probe_config()
+    shipped = json.loads(zlib.decompress(base64.b64decode(probe_call(config).stdin)))["config"]
+    assert set(shipped["expect"]) == set(config["expect"]) & node_profile_keys()
+    assert "reclaim_wait_s" in shipped["expect"]  # the reclaim family reads it
+    assert "dcgm_diag_timeout_s" in config["expect"]  # a limit of the checks (and launches)
+    assert "dcgm_diag_timeout_s" not in shipped["expect"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import base64
 import copy
+import importlib
 import importlib.util
 import io
 import json
@@ -27,6 +28,7 @@ from typing import Any, NamedTuple
 from gpuhealth.deadline import DeadlineExceeded, within
 from gpuhealth.documents import FactsError, validated
 from gpuhealth.families import NAMES
+from gpuhealth.schema import CORE_PROFILE_KEYS
 
 _BOOTSTRAP = """\
 import base64, importlib.abc, importlib.util, json, os, sys, zlib
@@ -160,6 +162,16 @@ def _shipped() -> tuple[dict[str, str], list[str]]:
     return {name: compact(text) for name, text in modules.items()}, packages
 
 
+@cache
+def node_profile_keys() -> frozenset[str]:
+    """The profile keys the node may read: the probe's own and each family's PROFILE_KEYS
+    (its schema.py), which the node enforces when a family reads one."""
+    keys = set(CORE_PROFILE_KEYS)
+    for name in NAMES:
+        keys.update(importlib.import_module(f"gpuhealth.families.{name}.schema").PROFILE_KEYS)
+    return frozenset(keys)
+
+
 class ProbeCall(NamedTuple):
     """How to run the probe on a node: a short shell command, and what to write on its stdin."""
 
@@ -174,7 +186,9 @@ def probe_call(
     payload (modules and config) it reads from its standard input."""
     modules, packages = _shipped()
     # The probe knows its deadline, so no wait inside it (the memory reclaim) outlasts it.
-    config = {**config, "deadline_s": timeout_s}
+    # Only the profile keys the node side declares travel: the rest are the checks' business.
+    expect = {k: v for k, v in (config.get("expect") or {}).items() if k in node_profile_keys()}
+    config = {**config, "expect": expect, "deadline_s": timeout_s}
     payload = {"modules": modules, "packages": packages, "config": config}
     blob = base64.b64encode(zlib.compress(json.dumps(payload).encode(), 9)).decode()
     command = (
