@@ -481,3 +481,16 @@ def test_resolution_on_postgresql(postgres, tmp_path):  # noqa: F811
         shared = conn.execute(sa.text("SELECT count(*) FROM aliases WHERE shared")).scalar()
     assert shared == 0
     store.close()
+
+
+def test_an_identity_with_a_control_character_is_none_on_postgresql(postgres, tmp_path):  # noqa: F811
+    """Saved facts may carry a serial the probe would have refused (a NUL from firmware, a
+    hand-edited document): it is no identity, and PostgreSQL, which stores no NUL in a text,
+    keeps the night by the other identities instead of failing the run's write."""
+    fleet = Fleet(_fresh(postgres, "control"), tmp_path)
+    assert system_metrics.real_id("product_serial", "AB\x00CD") is None
+    assert system_metrics.real_id("board_serial", "AB\tCD") is None
+    fleet.night({"n3": node(T0, product_serial="AB\x00CD", machine_id=MACHINE)}, T0)
+    store = fleet.store()
+    assert node_ids(store) == {"n3": {f"machine_id:{MACHINE}"}}
+    store.close()

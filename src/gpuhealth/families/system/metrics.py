@@ -48,13 +48,14 @@ PLACEHOLDERS = frozenset(
 
 def real_id(kind: str, value: Any) -> str | None:
     """An identity as read, or None where it is a placeholder (one repeated character, a
-    stock text) or, for the machine id, not the 32 hex digits systemd writes. UUIDs and
-    machine ids in lower case (tools print them either way)."""
+    stock text), not printable (as the probe refuses it; saved facts may still carry one, and
+    PostgreSQL stores no NUL) or, for the machine id, not the 32 hex digits systemd writes.
+    UUIDs and machine ids in lower case (tools print them either way)."""
     if not isinstance(value, str):
         return None
     text = value.strip()
     bare = re.sub(r"[\s:-]", "", text).lower()
-    if len(set(bare)) <= 1 or text.lower() in PLACEHOLDERS:
+    if len(set(bare)) <= 1 or text.lower() in PLACEHOLDERS or not text.isprintable():
         return None
     if kind in ("product_uuid", "machine_id"):
         text = text.lower()
