@@ -279,6 +279,18 @@ def test_an_identity_two_hosts_give_in_one_run_is_ignored(fleet):
     assert node_ids(fleet.store()) == {"a": {"host:a"}, "b": {"host:b"}}
 
 
+def test_an_identity_two_hosts_give_in_two_runs_of_one_night_is_ignored(fleet):
+    """The same clones judged as shards (`--shard K/N`: each shard its own run) a minute
+    apart, two nights: each keeps its own history, neither is taken for the other renamed."""
+    for n in range(2):
+        at = T0 + n * DAY
+        a = notes(fleet.night({"a": node(at, machine_id=MACHINE)}, at)["a"])
+        b = notes(fleet.night({"b": node(at + 60, "B", machine_id=MACHINE)}, at + 60)["b"])
+        assert not [x for x in a + b if x.startswith("host ") or "another GPU" in x]
+    found = node_ids(fleet.store())
+    assert len(found["a"]) == len(found["b"]) == 1 and found["a"] != found["b"]
+
+
 @pytest.mark.parametrize(
     ("kind", "value", "usable"),
     [

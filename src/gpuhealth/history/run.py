@@ -131,7 +131,7 @@ class History:
         wanted = max(20, 4 * lim.history_baseline_runs, 2 * lim.history_trend_runs)
         node, gpus = metrics.identity(facts or {})
         try:
-            machine = store.machine(host, node["ids"])
+            machine = store.machine(host, node["ids"], night)
             mine = machine["id"]
             pins = store.pins(host, night, mine)
             starts = baseline_starts(store, mine, night, facts or {}, pins)

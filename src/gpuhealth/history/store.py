@@ -176,6 +176,10 @@ _PG_LOCK = 0x67707568  # "gpuh": the advisory lock two controllers take to migra
 # store does not import the families): the first three are the hardware's.
 ID_KINDS = ("product_serial", "product_uuid", "board_serial", "machine_id")
 HOST = "host"
+# One night's runs (shards, CI groups: each its own run) start within this of each other. A
+# machine id under a name other than the one its machine was seen under this close is an
+# image's clone on another node, not a rename: two runs cannot mark it shared as one run does.
+ONE_NIGHT_S = 12 * 3600.0
 
 
 def host_node_id(host: str) -> str:
@@ -186,20 +190,39 @@ def host_node_id(host: str) -> str:
 Aliases = dict[str, dict[str, dict[str, Any]]]  # node_id -> kind -> value -> its alias row
 
 
-def _rank(ids: dict[str, str], host: str, known: dict[str, dict[str, Any]]) -> int | None:
+def _rank(
+    ids: dict[str, str], host: str, known: dict[str, dict[str, Any]], at: float | None
+) -> int | None:
     """How strongly a machine with these aliases is the one these identities and host name
     describe (lower is stronger), or None when it is another machine: the strongest hardware
-    identity both have decides; without one, the same machine id (a renamed host), else the
-    host name it was last seen under (older facts, or a re-imaged host whose hardware cannot
-    be read)."""
+    identity both have decides; without one, the same machine id (a renamed host, unless its
+    machine was seen under another name within ONE_NIGHT_S of `at`: a clone), else the host
+    name it was last seen under (older facts, or a re-imaged host whose hardware cannot be
+    read)."""
     for rank, kind in enumerate(ID_KINDS[:3]):
         if kind in ids and kind in known:
             return rank if ids[kind] in known[kind] else None
     if ids.get("machine_id") in known.get("machine_id", {}):
-        return 3
-    names = known.get(HOST) or {}
-    current = max(names.values(), key=lambda row: row["last_at"], default=None)
+        return None if _cloned(known, host, at) else 3
+    current = _current_name(known)
     return 4 if current is not None and current["value"] == host else None
+
+
+def _current_name(known: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The host-name alias a machine was last seen under (None: it has none)."""
+    return max((known.get(HOST) or {}).values(), key=lambda row: row["last_at"], default=None)
+
+
+def _cloned(known: dict[str, dict[str, Any]], host: str, at: float | None) -> bool:
+    """Whether the machine with these aliases was seen under another name than `host`
+    within ONE_NIGHT_S of `at`: its machine id, given by `host` too, is an image's clone."""
+    current = _current_name(known)
+    return (
+        at is not None
+        and current is not None
+        and current["value"] != host
+        and abs(at - current["last_at"]) < ONE_NIGHT_S
+    )
 
 
 def _alias_rows(conn: Connection, pairs: Iterable[tuple[str, str]]) -> list[sa.Row[Any]]:
@@ -237,11 +260,13 @@ def _aliases_for(conn: Connection, pairs: Iterable[tuple[str, str]]) -> Aliases:
     return known
 
 
-def _choose(host: str, ids: dict[str, str], known: Aliases) -> dict[str, Any] | None:
+def _choose(
+    host: str, ids: dict[str, str], known: Aliases, at: float | None
+) -> dict[str, Any] | None:
     """The known machine these identities and host name are (resolve_machine), or None."""
     ranked = []
     for node_id, aliases in known.items():
-        rank = _rank(ids, host, aliases)
+        rank = _rank(ids, host, aliases, at)
         if rank is not None:
             newest = max(a["last_at"] for kind in aliases.values() for a in kind.values())
             ranked.append((rank, -newest, node_id))
@@ -274,13 +299,16 @@ def _new_id(conn: Connection, host: str, ids: dict[str, str]) -> dict[str, Any]:
     return {"id": _unused(conn, base), "by": "new"}
 
 
-def resolve_machine(conn: Connection, host: str, ids: dict[str, str]) -> dict[str, Any]:
-    """The machine a host's night belongs to: `{"id", "by"}` (`by`: the identity kind that
-    found it, `host` for its name, `new` for a machine not seen before) and, for a known one,
-    `host` and `last`: the name it was last seen under and when, and `machine_id`: its latest
-    machine id (a re-image changes it). Identities two hosts gave in one run are ignored."""
+def resolve_machine(
+    conn: Connection, host: str, ids: dict[str, str], at: float | None = None
+) -> dict[str, Any]:
+    """The machine a host's night (collected at `at`) belongs to: `{"id", "by"}` (`by`: the
+    identity kind that found it, `host` for its name, `new` for a machine not seen before)
+    and, for a known one, `host` and `last`: the name it was last seen under and when, and
+    `machine_id`: its latest machine id (a re-image changes it). Identities two hosts gave in
+    one run are ignored, and a machine id another name gave the same night (_rank)."""
     known = _aliases_for(conn, _pairs(host, ids))
-    return _choose(host, ids, known) or _new_id(conn, host, ids)
+    return _choose(host, ids, known, at) or _new_id(conn, host, ids)
 
 
 def _unused(conn: Connection, base: str) -> str:
@@ -511,11 +539,16 @@ class Store:
             for value in rows
         }
         seen = {(alias.kind, alias.value): alias.last_at for alias in _alias_rows(conn, pairs)}
-        kept, moved, added = [], [], []
+        kept, moved, added, clones = [], [], [], []
         for row in nodes:
             host, at = row["host"], row.get("collected_at") or started
+            clone = ("machine_id", mine[host].get("machine_id"))
+            if clone in named and _cloned(known[named[clone]], host, at):
+                # another run of the night gave it under another name: shared from now on
+                clones.append((*clone, host))
+                mine[host] = {k: v for k, v in mine[host].items() if k != "machine_id"}
             mine_known = {named[p]: known[named[p]] for p in _pairs(host, mine[host]) if p in named}
-            machine = _choose(host, mine[host], mine_known) or _new_id(conn, host, mine[host])
+            machine = _choose(host, mine[host], mine_known, at) or _new_id(conn, host, mine[host])
             kept.append({**row, "node_id": machine["id"]})
             for pair in _pairs(host, mine[host]):
                 values = {"node_id": machine["id"], "host": host, "last_at": at}
@@ -526,6 +559,8 @@ class Store:
         shared = sorted(pair for pair, hosts in given.items() if len(hosts) > 1)
         for kind, value in shared:
             _share(conn, kind, value, min(given[(kind, value)]))
+        for kind, value, host in clones:
+            _share(conn, kind, value, host)
         if moved:
             conn.execute(
                 ALIASES.update()
@@ -619,11 +654,12 @@ class Store:
         except SQLAlchemyError as exc:
             raise StoreError(f"history store {self.name}: {_first_line(exc)}") from None
 
-    def machine(self, host: str, ids: dict[str, str]) -> dict[str, Any]:
-        """The machine a host's facts belong to (resolve_machine), as the store knows now."""
+    def machine(self, host: str, ids: dict[str, str], at: float | None = None) -> dict[str, Any]:
+        """The machine a host's facts (collected at `at`) belong to (resolve_machine), as the
+        store knows now."""
         try:
             with self.engine.connect() as conn:
-                return resolve_machine(conn, host, ids)
+                return resolve_machine(conn, host, ids, at)
         except SQLAlchemyError as exc:
             raise StoreError(f"history store {self.name}: {_first_line(exc)}") from None
 
