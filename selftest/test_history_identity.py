@@ -22,7 +22,7 @@ from gpuhealth.families.history.checks import machine_notes
 from gpuhealth.families.system import metrics as system_metrics
 from gpuhealth.families.system import probe as system_probe
 from gpuhealth.history import store as store_module
-from gpuhealth.history.run import measured
+from gpuhealth.history.run import measured, new_failures
 from gpuhealth.history.store import Store, head_revision
 from gpuhealth.registry import check
 from gpuhealth.report import NodeVerdict
@@ -155,6 +155,29 @@ def test_a_renamed_host_keeps_its_history(fleet):
         "n3": {f"product_serial:{SERIAL}"},
         "n7": {f"product_serial:{SERIAL}"},
     }
+
+
+def test_a_renamed_host_failing_now_is_a_new_failure(fleet):
+    """'Passed last run, fails now' finds the last run by the machine, under its old name."""
+    ids = {"product_serial": SERIAL, "board_serial": BOARD, "machine_id": MACHINE}
+    for n in range(2):
+        fleet.night({"n3": node(T0 + n * DAY, **ids)}, T0 + n * DAY)
+    facts = node(T0 + 2 * DAY, **ids)
+    history = fleet.history(T0 + 2 * DAY)
+    section = history.section("n7", fleet.limits, facts)
+    kept = {"n7": measured(NodeView("n7", {**facts, "history": section}, fleet.limits))}
+    machine = kept["n7"]["identity"]["node_id"]
+    assert machine == f"product_serial:{SERIAL}"
+    store = fleet.store()
+    failing = {"n7": NodeVerdict("n7", "FAIL", failed=[{"check": "ecc_errors", "gpu": 3}])}
+    found = new_failures(store.last_states(["n7"], {"n7": machine}), failing, history.nights(kept))
+    assert found["n7"]["message"].startswith("n7: new failure: PASS in the last run (")
+    assert found["n7"]["message"].endswith("FAIL now: ecc_errors[gpu3]")
+    # an unreachable n7 (no facts tonight): the machine its name last had, none yet
+    assert store.last_states(["n7"]) == {}
+    assert store.last_states(["n3"])["n3"]["verdict"] == "PASS"
+    history.close()
+    store.close()
 
 
 def test_the_history_command_names_a_renamed_hosts_earlier_name(fleet, tmp_path, capsys):

@@ -31,7 +31,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuhealth import registry
-from gpuhealth.checks import NodeView
+from gpuhealth.checks import HISTORY_SECTION, NodeView
 from gpuhealth.config import Profile
 from gpuhealth.families.history import metrics
 from gpuhealth.families.history.checks import CHECKS
@@ -223,6 +223,9 @@ def measured(view: NodeView) -> dict[str, Any]:
         "gpus": gpus,
         "collected_at": metrics.collected_at(view.facts),
     }
+    machine = (view.facts.get(HISTORY_SECTION) or {}).get("machine")  # as History.section found it
+    if isinstance(machine, dict) and isinstance(machine.get("id"), str):
+        identity["node_id"] = machine["id"]
     return {"identity": identity, "rows": rows}
 
 

@@ -900,45 +900,60 @@ class Store:
         rows = self._read(sa.select(GPUS).where(GPUS.c.run_id == latest[0].id, GPUS.c.host == host))
         return {row.idx: {"uuid": row.uuid, "serial": row.serial} for row in rows}
 
-    def last_states(self, hosts: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """Per host, its latest night of a complete run: when, its verdict and what failed."""
-        wanted = sorted(set(hosts))
+    def last_states(
+        self, hosts: Iterable[str], machines: dict[str, str] | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """Per host, its latest night of a complete run: when, its verdict and what failed. A
+        host found in `machines` (host -> node_id) is looked up by its machine, so a renamed
+        host's last night under its earlier name counts."""
+        machines = machines or {}
+        # A host with no machine of tonight (unreachable, no facts): the one its name last had.
+        by_node = {
+            machines.get(host) or self.machine_of(host) or host_node_id(host): host
+            for host in set(hosts)
+        }
+        wanted = sorted(by_node)
         found: dict[str, dict[str, Any]] = {}
+        named: dict[str, str] = {}  # host -> the name its last night was recorded under
         for start in range(0, len(wanted), 500):  # bounded IN lists
             chunk = wanted[start : start + 500]
             own = sa.and_(NODES.c.rejudges.is_(None), RUNS.c.complete)
             latest = (
-                sa.select(NODES.c.host, sa.func.max(NIGHT).label("at"))
+                sa.select(NODES.c.node_id, sa.func.max(NIGHT).label("at"))
                 .join(RUNS, NODES.c.run_id == RUNS.c.id)
-                .where(NODES.c.host.in_(chunk), own)
-                .group_by(NODES.c.host)
+                .where(NODES.c.node_id.in_(chunk), own)
+                .group_by(NODES.c.node_id)
                 .subquery()
             )
             rows = self._read(
-                sa.select(NODES.c.host, NODES.c.verdict, RUNS.c.id, NIGHT.label("night"))
+                sa.select(
+                    NODES.c.node_id, NODES.c.host, NODES.c.verdict, RUNS.c.id, NIGHT.label("night")
+                )
                 .join(RUNS, NODES.c.run_id == RUNS.c.id)
-                .join(latest, sa.and_(latest.c.host == NODES.c.host, latest.c.at == NIGHT))
+                .join(latest, sa.and_(latest.c.node_id == NODES.c.node_id, latest.c.at == NIGHT))
                 .where(own)
             )
             for row in rows:
-                found[row.host] = {
+                host = by_node[row.node_id]
+                named[host] = row.host
+                found[host] = {
                     "run_id": row.id,
                     "at": row.night,
                     "verdict": row.verdict,
                     "failed": set(),
                 }
-        by_run: dict[int, list[str]] = {}
+        by_run: dict[int, dict[str, str]] = {}
         for host, state in found.items():
-            by_run.setdefault(state["run_id"], []).append(host)
+            by_run.setdefault(state["run_id"], {})[named[host]] = host
         for run_id, run_hosts in by_run.items():
             for row in self._read(
                 sa.select(FINDINGS.c.host, FINDINGS.c.check, FINDINGS.c.gpu).where(
                     FINDINGS.c.run_id == run_id,
-                    FINDINGS.c.host.in_(run_hosts),
+                    FINDINGS.c.host.in_(list(run_hosts)),
                     FINDINGS.c.status.in_(("FAIL", "ERROR")),
                 )
             ):
-                found[row.host]["failed"].add((row.check, row.gpu))
+                found[run_hosts[row.host]]["failed"].add((row.check, row.gpu))
         return found
 
     def series(

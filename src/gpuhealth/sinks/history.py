@@ -45,7 +45,13 @@ class HistorySink(Sink):
                 raise StoreError(str(history.error))
             by_host = {v.host: v for v in end.verdicts}
             nights = history.nights(self.measured)
-            for host, entry in new_failures(store.last_states(by_host), by_host, nights).items():
+            machines = {
+                host: found["identity"]["node_id"]
+                for host, found in self.measured.items()
+                if "node_id" in found.get("identity", {})
+            }
+            last = store.last_states(by_host, machines)  # a renamed host's too
+            for host, entry in new_failures(last, by_host, nights).items():
                 by_host[host].regressions.append(entry)
             store.write_run(
                 run_record(
