@@ -175,3 +175,15 @@ def test_only_the_profile_keys_the_node_declares_travel():
     assert "reclaim_wait_s" in shipped["expect"]  # the reclaim family reads it
     assert "dcgm_diag_timeout_s" in config["expect"]  # a limit of the checks (and launches)
     assert "dcgm_diag_timeout_s" not in shipped["expect"]
+
+
+@pytest.mark.parametrize("cut", [0, 1000], ids=["stdin-closed", "payload-cut-short"])
+def test_a_node_that_gets_no_whole_payload_is_a_clear_error(bare_python, monkeypatch, cut):
+    """A node whose stdin is closed (a wrapper that drops it) or that reads the payload cut
+    short: that node's error says so, not a decompression traceback."""
+    call = probe_call(probe_config(), bare_python, 30)
+    cut_call = call._replace(stdin=call.stdin[:cut] + "\n" if cut else "")
+    monkeypatch.setattr("gpuhealth.transport.probe_call", lambda *args: cut_call)
+    with pytest.raises(ProbeError, match="payload on stdin is missing or cut short") as info:
+        run_probe(testinfra.get_host("local://"), probe_config(), bare_python, 30)
+    assert not info.value.unreachable and "Traceback" not in str(info.value)

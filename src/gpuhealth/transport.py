@@ -32,7 +32,10 @@ from gpuhealth.schema import CORE_PROFILE_KEYS
 
 _BOOTSTRAP = """\
 import base64, importlib.abc, importlib.util, json, os, sys, zlib
-b = json.loads(zlib.decompress(base64.b64decode(sys.stdin.buffer.readline())).decode())
+try:
+    b = json.loads(zlib.decompress(base64.b64decode(sys.stdin.buffer.readline())).decode())
+except Exception as e:
+    sys.exit("gpuhealth: the probe payload on stdin is missing or cut short (%s)" % e)
 os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
 S, P = b["modules"], set(b["packages"])
 class L(importlib.abc.MetaPathFinder, importlib.abc.Loader):
