@@ -216,3 +216,39 @@ def test_a_fleet_level_test_the_shards_ended_differently_is_kept_per_shard(tmp_p
         ("tests.test_nccl", f"test_nccl_multinode[fleet] ({one})"),
         ("tests.test_nccl", f"test_nccl_multinode[fleet] ({two})"),
     }
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("shard", 2, "'shard' is not a str"),
+        ("hosts", 5, "'hosts' is not a list"),
+        ("hosts", [1], "'hosts' is not a list of host names"),
+        ("history", "x", "'history' is not a dict"),
+        ("source", [], "'source' is not a str"),
+    ],
+)
+def test_a_verdicts_json_with_odd_run_fields_is_a_merge_error(tmp_path, field, value, message):
+    """A hand-edited or foreign verdicts.json: the merge names the file and the field."""
+    one, two = _shard(tmp_path / "a", "n1", ""), _shard(tmp_path / "b", "n2", "")
+    path = two / "verdicts.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), field: value}))
+    with pytest.raises(MergeError, match=f"{path}: {message}"):
+        merge(tmp_path / "out", [one, two])
+
+
+@pytest.mark.parametrize(
+    ("name", "body"),
+    [
+        ("x-result.json", '{"uuid": "x", "name"'),  # the shard's job cut off while writing
+        ("x-result.json", '{"uuid": "x", "historyId": "h", "name": "t"}'),
+        ("g-globals.json", '{"attach'),
+    ],
+)
+def test_an_allure_file_cut_short_is_a_merge_error(tmp_path, name, body):
+    one, two = _shard(tmp_path / "a", "n1", ""), _shard(tmp_path / "b", "n2", "")
+    for folder in (one, two):
+        (folder / "allure-results").mkdir()
+    (two / "allure-results" / name).write_text(body)
+    with pytest.raises(MergeError, match=f"{two / 'allure-results' / name}: not what Allure"):
+        merge(tmp_path / "out", [one, two])

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -101,6 +102,21 @@ def _node_verdict(path: Path, host: str, entry: dict[str, Any]) -> reporting.Nod
     return reporting.NodeVerdict(host=host, **entry)
 
 
+# The run-level fields of a verdicts.json the merge reads, and the types a run writes them as.
+_RUN_FIELDS = {"shard": str, "source": str, "hosts": list, "history": dict}
+
+
+def _run_fields(path: Path, doc: dict[str, Any]) -> None:
+    """MergeError where a run-level field is not what a run writes (a hand-edited or foreign
+    file): the merge would otherwise stop on it with a traceback."""
+    for name, kind in _RUN_FIELDS.items():
+        value = doc.get(name)
+        if value is not None and not isinstance(value, kind):
+            raise MergeError(f"{path}: {name!r} is not a {kind.__name__} ({value!r:.60})")
+    if not all(isinstance(host, str) for host in doc.get("hosts") or []):
+        raise MergeError(f"{path}: 'hosts' is not a list of host names")
+
+
 def merge_verdicts(dirs: list[Path], out: Path) -> tuple[list[reporting.NodeVerdict], Hosts]:
     """One verdicts.json for the fleet: every shard's nodes (a host in two shards is an
     error), the worst verdict overall, complete only if every shard was. `history` names
@@ -118,6 +134,7 @@ def merge_verdicts(dirs: list[Path], out: Path) -> tuple[list[reporting.NodeVerd
             doc = json.loads(path.read_text())
         except VerdictsError as exc:
             raise MergeError(str(exc)) from None
+        _run_fields(path, doc)
         for host, entry in doc["nodes"].items():
             if host in seen:
                 raise MergeError(f"host {host} is in {seen[host]} and in {path}: shards overlap")
@@ -308,6 +325,16 @@ def _environment(path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in lines if "=" in line)
 
 
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """MergeError naming `path` where it is not what Allure writes (a shard's job cut off
+    while writing it), instead of a traceback."""
+    try:
+        yield
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise MergeError(f"{path}: not what Allure writes ({type(exc).__name__}: {exc})") from None
+
+
 # How a result of a host's test starts its host label (allure_results writes labels so).
 _HOST_LABEL = b'{"name": "host", "value": '
 
@@ -318,17 +345,19 @@ def _copy_results(source: Path, target: Path, fleet: _FleetLevel) -> None:
     skip = set(_ALLURE_RUN_FILES)
     for found in source.glob("*-globals.json"):
         skip.add(found.name)
-        skip.update(page["source"] for page in json.loads(found.read_text())["attachments"])
+        with _reading(found):
+            skip.update(page["source"] for page in json.loads(found.read_text())["attachments"])
     for item in source.iterdir():
         if item.name in skip or not item.is_file():
             continue
         if item.name.endswith("-result.json"):
             body = item.read_bytes()
             if _HOST_LABEL not in body:
-                result = json.loads(body)
-                details = result.get("statusDetails", {})
-                outcome = (result["status"], details.get("message"))
-                fleet.add(result["historyId"], source.parent, outcome, result)
+                with _reading(item):
+                    result = json.loads(body)
+                    details = result.get("statusDetails", {})
+                    outcome = (result["status"], details.get("message"))
+                    fleet.add(result["historyId"], source.parent, outcome, result)
                 continue
         _place(item, target / item.name)
 
@@ -339,11 +368,12 @@ def _trends(dirs: list[Path]) -> bytes | None:
     latest: tuple[int, Path] | None = None
     for folder in dirs:
         for found in (folder / ALLURE).glob("*-globals.json"):
-            for page in json.loads(found.read_text())["attachments"]:
-                if page["type"] == "image/png" and (
-                    latest is None or page["timestamp"] > latest[0]
-                ):
-                    latest = (page["timestamp"], folder / ALLURE / page["source"])
+            with _reading(found):
+                for page in json.loads(found.read_text())["attachments"]:
+                    if page["type"] == "image/png" and (
+                        latest is None or page["timestamp"] > latest[0]
+                    ):
+                        latest = (page["timestamp"], folder / ALLURE / page["source"])
     return latest[1].read_bytes() if latest else None
 
 
