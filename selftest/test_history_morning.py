@@ -259,6 +259,20 @@ def test_an_unknown_host_or_subcommand_is_a_usage_error_naming_what_exists(fleet
     assert status == 2 and "--json and --last-run go with `regressions`" in err
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [("--last", "0", ">= 1"), ("--last", "-1", ">= 1"), ("--gpu", "-1", ">= 0")],
+)
+def test_a_count_below_its_least_is_a_usage_error(fleet, capsys, option, value, message):
+    """`--last -1` showed every night but the newest (a negative slice), `--last 0` the
+    default 8 nights, `--gpu -1` nothing, each with exit 0."""
+    with pytest.raises(SystemExit) as exited:
+        run_cli(capsys, "node05", f"{option}={value}", "--history", fleet.spec)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: '{value}' is not a whole number {message}" in err
+
+
 def test_a_store_that_does_not_exist_is_a_usage_error(tmp_path, capsys):
     missing = tmp_path / "typo" / "history.sqlite"
     for argv in (["regressions"], [], ["node01"], ["pin", "node01"]):

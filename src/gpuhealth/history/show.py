@@ -412,6 +412,22 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
 
+def _at_least(least: int) -> Any:
+    """An argparse type: a whole number >= `least` (`--last -1` read every night but the
+    newest through a negative slice, `--last 0` the default 8, `--gpu -1` no GPU)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= {least}")
+        return value
+
+    return parse
+
+
 def add_parser(sub: Any) -> None:
     """The `history` subcommand of `gpuhealth`."""
     parser = sub.add_parser(
@@ -432,7 +448,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("name", nargs="?", metavar="HOST", help="pin: the host to pin")
     parser.add_argument("--host", help="one host (when it is named like a subcommand)")
     parser.add_argument("--reason", help="pin: why (kept in the store), e.g. 'fan replaced'")
-    parser.add_argument("--gpu", type=int, metavar="N", help="one GPU index")
+    parser.add_argument("--gpu", type=_at_least(0), metavar="N", help="one GPU index")
     parser.add_argument("--metric", metavar="M", help="one metric (a * glob: 'ib.*')")
     parser.add_argument(
         "--since",
@@ -457,7 +473,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--json", action="store_true", help="regressions: as JSON")
     parser.add_argument(
         "--last",
-        type=int,
+        type=_at_least(1),
         metavar="N",
         help="HOST: a table of its last N nights; no HOST: the last N runs (8)",
     )
