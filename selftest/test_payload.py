@@ -166,6 +166,18 @@ def test_a_connection_that_cannot_carry_stdin_is_a_clear_error():
     assert not info.value.unreachable
 
 
+def test_force_ansible_is_named_as_what_keeps_the_payload_off_stdin(tmp_path):
+    """pytest --force-ansible runs commands through ansible's shell module: the error said to
+    use ansible:// with an ssh connection, which the host already was."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    node1:\n      ansible_host: 10.0.0.1\n")
+    (host,) = testinfra.get_hosts(
+        ["ansible://node1"], ansible_inventory=str(inventory), force_ansible=True
+    )
+    with pytest.raises(ProbeError, match="'ansible' connection: drop --force-ansible$"):
+        run_probe(host, probe_config(), timeout_s=10)
+
+
 def test_only_the_profile_keys_the_node_declares_travel():
     """The checks' limits stay on the controller: the node gets the keys its families' schema.py
     declare (PROFILE_KEYS), which it enforces when a family reads one."""

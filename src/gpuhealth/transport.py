@@ -277,10 +277,16 @@ def run_with_input(host: Any, command: str, data: str) -> Any:
             backend, data.encode(), cmd, *args
         )
         return feeding.run(command)
+    # --force-ansible runs commands through ansible's shell module, which gets no stdin
+    how = (
+        "drop --force-ansible"
+        if kind == "ansible" and backend.force_ansible
+        else "use ssh://, paramiko://, local:// or ansible:// with an ssh, paramiko or local "
+        "connection"
+    )
     raise ProbeError(
         f"the probe's payload travels on standard input, which gpuhealth cannot send over "
-        f"testinfra's {kind!r} connection: use ssh://, paramiko://, local:// or ansible:// "
-        "with an ssh, paramiko or local connection",
+        f"testinfra's {kind!r} connection: {how}",
         unreachable=False,
     )
 
