@@ -391,6 +391,13 @@ def test_a_port_counter_is_one_panel_with_a_series_per_port(tmp_path, capsys):
     assert run_cli(capsys, "--plot", str(png), "--metric", "ib.*", "--history", spec)[0] == 0
 
 
+def test_a_plot_that_cannot_be_written_is_a_usage_error(fleet, capsys, tmp_path):
+    """A typo'd folder ended in a traceback and 'internal error' (exit 3)."""
+    png = tmp_path / "typo" / "fleet.png"
+    status, _, err = run_cli(capsys, "--plot", str(png), "--history", fleet.spec)
+    assert status == 2 and f"--plot {png}: cannot write it: No such file or directory" in err
+
+
 def test_the_fleet_plot_draws_the_band_the_worst_and_the_limits(fleet):
     store = Store(fleet.spec)
     rows = plots.values(store, ["idle_temperature_c"])

@@ -338,7 +338,10 @@ def draw(store: Store, host: str | None, args: argparse.Namespace) -> int:
         names = names[:6]
     regressed = plots.regressed_nights(store, args.since, host)
     made = plots.figure(rows, regressed, names, f"gpuhealth history ({host or store.name})")
-    args.plot.write_bytes(plots.png(made))
+    try:
+        args.plot.write_bytes(plots.png(made))
+    except OSError as exc:  # a typo'd folder is the user's, not a gpuhealth bug (exit 3)
+        raise UsageError(f"--plot {args.plot}: cannot write it: {exc.strerror or exc}") from None
     print(f"plot written to {args.plot}")
     return EXIT_OK
 
