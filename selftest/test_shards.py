@@ -252,3 +252,29 @@ def test_an_allure_file_cut_short_is_a_merge_error(tmp_path, name, body):
     (two / "allure-results" / name).write_text(body)
     with pytest.raises(MergeError, match=f"{two / 'allure-results' / name}: not what Allure"):
         merge(tmp_path / "out", [one, two])
+
+
+def test_a_shard_that_held_no_host_adds_no_test(tmp_path):
+    """More shards than a small fleet fills: an empty shard's stand-ins (`test_driver[NOTSET]`,
+    skipped: pytest's empty parameter set) are no tests of the fleet's report, as the
+    unsharded run has none; only a fleet with no host at all keeps them."""
+    one = _shard(tmp_path / "a", "n1", "")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    reporting.write_json([], empty / "verdicts.json", {"hosts": [], "source": "pytest"})
+    (empty / "junit.xml").write_text(
+        '<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="gpuhealth" '
+        'tests="1" time="0.1" timestamp="2026-11-27T00:00:00" hostname="ci">'
+        '<testcase classname="tests.test_gpu" name="test_driver[NOTSET]" time="0">'
+        '<skipped message="got empty parameter set" /></testcase></testsuite></testsuites>'
+    )
+    for folder in (one, empty):
+        (folder / "allure-results").mkdir()
+    result = {"uuid": "u1", "historyId": "h1", "name": "test_driver[NOTSET]", "status": "skipped"}
+    (empty / "allure-results" / "u1-result.json").write_text(json.dumps(result))
+    merge(tmp_path / "out", [one, empty])
+    counts, cases = _junit(tmp_path / "out")
+    assert counts["tests"] == "2" and ("tests.test_gpu", "test_driver[NOTSET]") not in cases
+    assert not (tmp_path / "out" / "allure-results" / "u1-result.json").exists()
+    merge(tmp_path / "none", [empty])
+    assert ("tests.test_gpu", "test_driver[NOTSET]") in _junit(tmp_path / "none")[1]

@@ -193,6 +193,16 @@ def _all_shards(labels: dict[Path, str | None]) -> None:
 
 # ---------------------------------------------------------------- fleet-level tests
 
+# pytest's id of a test parametrized over no hosts: a shard that holds none has one per test.
+_NO_HOSTS = "[NOTSET]"
+
+
+def _of_no_host(name: str, fleet_has_hosts: bool) -> bool:
+    """Whether a test case is a shard's stand-in for a host-level test it had no hosts for:
+    left out of the merge unless no shard had any (the unsharded run of the fleet has them
+    then, and only then)."""
+    return fleet_has_hosts and name.endswith(_NO_HOSTS)
+
 
 def _of_a_host(param: str, hosts: set[str]) -> bool:
     """Whether a test id's parameters (`n17`, `n17-gpu3`) start with one of the hosts."""
@@ -273,9 +283,12 @@ def merge_junit(dirs: list[Path], out: Path, hosts: Hosts) -> None:
                     counts[_KINDS[child.tag]] += 1
             spool.write(ET.tostring(case, encoding="utf-8"))
 
+        fleet_has_hosts = any(hosts.values())
         for folder in dirs:
             for case in _cases(folder / JUNIT):
                 name = case.get("name", "")
+                if _of_no_host(name, fleet_has_hosts):
+                    continue
                 if _of_a_host(name.partition("[")[2].removesuffix("]"), hosts[folder]):
                     put(case)
                     continue
@@ -339,9 +352,10 @@ def _reading(path: Path) -> Iterator[None]:
 _HOST_LABEL = b'{"name": "host", "value": '
 
 
-def _copy_results(source: Path, target: Path, fleet: _FleetLevel) -> None:
+def _copy_results(source: Path, target: Path, fleet: _FleetLevel, fleet_has_hosts: bool) -> None:
     """A shard's test results and attachments into `target`, but for the run's own files
-    (categories, environment, globals and their pages) and fleet-level results (`fleet`)."""
+    (categories, environment, globals and their pages), fleet-level results (`fleet`) and
+    stand-ins of tests the shard had no hosts for (_of_no_host)."""
     skip = set(_ALLURE_RUN_FILES)
     for found in source.glob("*-globals.json"):
         skip.add(found.name)
@@ -355,6 +369,8 @@ def _copy_results(source: Path, target: Path, fleet: _FleetLevel) -> None:
             if _HOST_LABEL not in body:
                 with _reading(item):
                     result = json.loads(body)
+                    if _of_no_host(result["name"], fleet_has_hosts):
+                        continue
                     details = result.get("statusDetails", {})
                     outcome = (result["status"], details.get("message"))
                     fleet.add(result["historyId"], source.parent, outcome, result)
@@ -388,7 +404,7 @@ def merge_allure(dirs: list[Path], out: Path, verdicts: list[reporting.NodeVerdi
         raise MergeError(f"the shards ran at different levels: {sorted(map(str, levels))}")
     fleet = _FleetLevel()
     for folder in dirs:
-        _copy_results(folder / ALLURE, target, fleet)
+        _copy_results(folder / ALLURE, target, fleet, bool(verdicts))
     for result, shard in fleet.kept():
         if shard is not None:
             result["name"] = f"{result['name']} ({shard})"
