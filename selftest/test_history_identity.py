@@ -314,6 +314,17 @@ def test_an_identity_two_hosts_give_in_two_runs_of_one_night_is_ignored(fleet):
     assert len(found["a"]) == len(found["b"]) == 1 and found["a"] != found["b"]
 
 
+def test_a_host_renamed_and_judged_again_the_same_night_keeps_its_machine_id(fleet):
+    """Its serial decides: the machine id is no clone's, and stays one to follow it by."""
+    fleet.night({"n3": node(T0, product_serial=SERIAL, machine_id=MACHINE)}, T0)
+    found = fleet.night({"n7": node(T0 + 3600, product_serial=SERIAL, machine_id=MACHINE)}, T0)
+    assert any(n.startswith("host n7 was n3 until") for n in notes(found["n7"]))
+    store = fleet.store()
+    with store.engine.connect() as conn:
+        assert not conn.execute(sa.text("SELECT count(*) FROM aliases WHERE shared")).scalar()
+    store.close()
+
+
 @pytest.mark.parametrize(
     ("kind", "value", "usable"),
     [

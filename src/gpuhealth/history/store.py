@@ -203,7 +203,7 @@ def _rank(
         if kind in ids and kind in known:
             return rank if ids[kind] in known[kind] else None
     if ids.get("machine_id") in known.get("machine_id", {}):
-        return None if _cloned(known, host, at) else 3
+        return None if _cloned(ids, known, host, at) else 3
     current = _current_name(known)
     return 4 if current is not None and current["value"] == host else None
 
@@ -213,12 +213,16 @@ def _current_name(known: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     return max((known.get(HOST) or {}).values(), key=lambda row: row["last_at"], default=None)
 
 
-def _cloned(known: dict[str, dict[str, Any]], host: str, at: float | None) -> bool:
+def _cloned(
+    ids: dict[str, str], known: dict[str, dict[str, Any]], host: str, at: float | None
+) -> bool:
     """Whether the machine with these aliases was seen under another name than `host`
-    within ONE_NIGHT_S of `at`: its machine id, given by `host` too, is an image's clone."""
+    within ONE_NIGHT_S of `at`, with no hardware identity of both to decide: its machine id,
+    given by `host` too, is an image's clone."""
     current = _current_name(known)
     return (
         at is not None
+        and not any(kind in ids and kind in known for kind in ID_KINDS[:3])
         and current is not None
         and current["value"] != host
         and abs(at - current["last_at"]) < ONE_NIGHT_S
@@ -543,7 +547,7 @@ class Store:
         for row in nodes:
             host, at = row["host"], row.get("collected_at") or started
             clone = ("machine_id", mine[host].get("machine_id"))
-            if clone in named and _cloned(known[named[clone]], host, at):
+            if clone in named and _cloned(mine[host], known[named[clone]], host, at):
                 # another run of the night gave it under another name: shared from now on
                 clones.append((*clone, host))
                 mine[host] = {k: v for k, v in mine[host].items() if k != "machine_id"}
