@@ -9,14 +9,16 @@ controller pays for every test: its scheduling must not grow with the fleet.
 
 from __future__ import annotations
 
+import gc
 import json
+import sys
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-from gpuhealth import documents
+from gpuhealth import documents, plugin
 from gpuhealth.plugin import XdistHostScheduling, readable_json
 from selftest.facts import healthy_h100, write_facts
 from selftest.mutations import FACT_VALUES, mutated_facts
@@ -180,3 +182,20 @@ def test_a_lost_worker_hands_back_only_its_unfinished_tests():
     lost, kept = schedule(ours, ids, crash=7)
     ran = lost.sent[: lost.done] + kept.sent[: kept.done]
     assert sorted(ran) == list(range(len(ids)))  # every test once, none twice
+
+
+@pytest.mark.parametrize("command_line", [True, False])
+def test_a_finished_run_is_left_out_of_garbage_collection_only_from_a_command_line(
+    command_line, monkeypatch
+):
+    """pytest's last collections and the interpreter's at exit walk the whole run; a program
+    that called pytest.main() keeps running and must get its memory back."""
+    config = SimpleNamespace(stash={plugin._STATE: object()})
+    config.invocation_params = SimpleNamespace(args=("--facts", "f") if command_line else ())
+    monkeypatch.setattr(sys, "argv", ["pytest", "--facts", "f"])
+    before = gc.get_freeze_count()
+    try:
+        plugin.pytest_unconfigure(config)
+        assert (gc.get_freeze_count() > before) == command_line
+    finally:
+        gc.unfreeze()
