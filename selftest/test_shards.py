@@ -254,6 +254,15 @@ def test_an_allure_file_cut_short_is_a_merge_error(tmp_path, name, body):
         merge(tmp_path / "out", [one, two])
 
 
+def test_a_merge_into_a_folder_that_holds_files_is_refused(tmp_path):
+    """A CI job's merge step run again into its earlier OUT: the error said a host's facts
+    were in two shards."""
+    one, two = _shard(tmp_path / "a", "n1", ""), _shard(tmp_path / "b", "n2", "")
+    merge(tmp_path / "out", [one, two])
+    with pytest.raises(MergeError, match=r"out is not empty \(an earlier merge\?\)"):
+        merge(tmp_path / "out", [one, two])
+
+
 def test_a_shard_that_held_no_host_adds_no_test(tmp_path):
     """More shards than a small fleet fills: an empty shard's stand-ins (`test_driver[NOTSET]`,
     skipped: pytest's empty parameter set) are no tests of the fleet's report, as the

@@ -443,6 +443,9 @@ def merge(out: Path, dirs: list[Path]) -> list[str]:
         raise MergeError("a shard's folder is named twice")
     if out.resolve() in map(Path.resolve, dirs):
         raise MergeError(f"{out} is one of the shards: merge into a new folder")
+    if out.is_dir() and any(out.iterdir()):
+        # an earlier merge's files would read as a second shard's ("in two shards' facts")
+        raise MergeError(f"{out} is not empty (an earlier merge?): merge into a new folder")
     out.mkdir(parents=True, exist_ok=True)
     verdicts, hosts = merge_verdicts(dirs, out)
     done = [f"{VERDICTS}: {reporting.FleetSummary.of(verdicts).line}"]
