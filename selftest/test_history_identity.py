@@ -540,3 +540,22 @@ def test_an_identity_with_a_control_character_is_none_on_postgresql(postgres, tm
     store = fleet.store()
     assert node_ids(store) == {"n3": {f"machine_id:{MACHINE}"}}
     store.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_nul_in_a_gpu_serial_of_saved_facts_costs_the_store_no_run(backend, request, tmp_path):
+    """PostgreSQL stores no NUL in a text: the run is kept, the NUL written as U+FFFD (on
+    SQLite too, so both stores hold the same)."""
+    spec = (
+        _fresh(request.getfixturevalue("postgres"), "nul")
+        if backend == "postgresql"
+        else "history.sqlite"
+    )
+    fleet = Fleet(spec, tmp_path)
+    facts = node(T0, product_serial=SERIAL)
+    facts["gpus"][1]["serial"] = "PB\x00123"
+    fleet.night({"n3": facts}, T0)
+    store = fleet.store()
+    serials = {row.serial for row in store.read(sa.select(store_module.GPUS.c.serial))}
+    assert "PB\ufffd123" in serials
+    store.close()

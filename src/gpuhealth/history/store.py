@@ -343,6 +343,18 @@ def _share(conn: Connection, kind: str, value: str, host: str) -> None:
         conn.execute(ALIASES.insert().values(kind=kind, value=value, **row))
 
 
+def _storable_row(row: dict[str, Any], run_id: int) -> dict[str, Any]:
+    """A row for the run `run_id`, its texts without NUL characters (U+FFFD in their place):
+    PostgreSQL refuses NUL in text, and one GPU serial or kernel message of saved facts that
+    holds one would cost the store the whole run. SQLite keeps the same text."""
+    found = {
+        key: value.replace("\x00", "\ufffd") if type(value) is str and "\x00" in value else value
+        for key, value in row.items()
+    }
+    found["run_id"] = run_id
+    return found
+
+
 class StoreError(RuntimeError):
     """The store cannot be opened, read or written; the message names it."""
 
@@ -507,7 +519,7 @@ class Store:
                     (MEASUREMENTS, measurements),
                 ):
                     if rows:
-                        conn.execute(table.insert(), [{**row, "run_id": run_id} for row in rows])
+                        conn.execute(table.insert(), [_storable_row(row, run_id) for row in rows])
                 return run_id
         except SQLAlchemyError as exc:
             raise StoreError(f"history store {self.name}: {_first_line(exc)}") from None
