@@ -180,7 +180,7 @@ def _nvlink_errors(record: Any) -> dict[str, float | None]:
         return {}
     found: dict[str, float | None] = {}
     for counter, _ in NVLINK_COUNTERS:
-        total: float | None = 0.0
+        total, known = 0.0, True
         for entry in links:  # up to the first link without it (most GPUs lack most counters)
             reads = entry.get(counter) if isinstance(entry, dict) else None
             value = None
@@ -188,10 +188,10 @@ def _nvlink_errors(record: Any) -> dict[str, float | None]:
                 value = number(reads.get("second"))
                 value = number(reads.get("first")) if value is None else value
             if value is None:
-                total = None
+                known = False
                 break
             total += value
-        found[f"nvlink_{counter}_errors"] = total
+        found[f"nvlink_{counter}_errors"] = total if known else None
     return found
 
 
