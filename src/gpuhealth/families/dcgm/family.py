@@ -2,6 +2,4 @@
 
 from gpuhealth.registry import declare
 
-FAMILY = declare(
-    __package__, "DCGM", {"dcgm": "DCGM diagnostic and health checks"}
-)
+FAMILY = declare(__package__, "DCGM", {"dcgm": "DCGM diagnostic and health checks"})

@@ -2,6 +2,4 @@
 
 from gpuhealth.registry import declare
 
-FAMILY = declare(
-    __package__, "IMEX", {"imex": "IMEX (multi-node NVLink memory domain) checks"}
-)
+FAMILY = declare(__package__, "IMEX", {"imex": "IMEX (multi-node NVLink memory domain) checks"})
