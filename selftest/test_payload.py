@@ -11,6 +11,7 @@ import json
 import os
 import random
 import subprocess
+import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,13 @@ def test_the_command_line_stays_small_whatever_the_payload():
     assert len(ssh.quote(" ".join(cmd), *args).encode()) < COMMAND_BOUND
 
 
+@pytest.fixture
+def ansible_tools(monkeypatch: pytest.MonkeyPatch) -> None:
+    """testinfra's ansible:// runs `ansible-inventory`, which the venv holds: on PATH when it
+    is activated, not under `make test`."""
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+
+
 def test_a_heavy_payload_runs_through_testinfra_locally(bare_python):
     doc = run_probe(
         testinfra.get_host("local://"), heavy_config(), python=bare_python, timeout_s=60
@@ -78,7 +86,9 @@ def test_a_heavy_payload_runs_through_testinfras_ssh(bare_python, fake_ssh):
     assert max(lengths) < COMMAND_BOUND
 
 
-def test_a_heavy_payload_runs_through_an_ansible_host(bare_python, fake_ssh, tmp_path):
+def test_a_heavy_payload_runs_through_an_ansible_host(
+    bare_python, fake_ssh, ansible_tools, tmp_path
+):
     """ansible:// resolves to the ssh connection its inventory describes, sudo included."""
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(
@@ -166,7 +176,7 @@ def test_a_connection_that_cannot_carry_stdin_is_a_clear_error():
     assert not info.value.unreachable
 
 
-def test_force_ansible_is_named_as_what_keeps_the_payload_off_stdin(tmp_path):
+def test_force_ansible_is_named_as_what_keeps_the_payload_off_stdin(ansible_tools, tmp_path):
     """pytest --force-ansible runs commands through ansible's shell module: the error said to
     use ansible:// with an ssh connection, which the host already was."""
     inventory = tmp_path / "hosts.yml"

@@ -43,7 +43,7 @@ import pytest
 import yaml
 
 from gpuhealth.config import expectations_from_vars, key_table, limits_model
-from gpuhealth.transport import ProbeError
+from gpuhealth.transport import ProbeError, node_profile_keys
 from selftest.facts import PROFILES
 from selftest.suite import REPO, SuiteRun, run_suite
 
@@ -296,15 +296,20 @@ def test_collect_probes_with_the_limits_the_inventory_resolves_to():
         "nvidia_driver_branch": "575",
         "ansible_host": "10.0.0.7",
         "probe_timeout_s": 60,
+        "reclaim_wait_s": 7,
     }
     argv = filters.probe_argv(hostvars, python="/usr/bin/python3")
     assert argv[:5] == ["timeout", "-k", "5", "60", "/usr/bin/python3"]
     assert len(" ".join(argv)) < 4096  # the probe itself is what collect.yml writes on stdin
     stdin = filters.probe_stdin(hostvars)
-    expect = json.loads(zlib.decompress(base64.b64decode(stdin)))["config"]["expect"]
-    assert expect["gpu_count"] == 7
-    assert expect["min_driver_version"] == "575"
-    assert expect["nvlink_links_expected"] == 18  # from the h100-sxm profile
+    config = json.loads(zlib.decompress(base64.b64decode(stdin)))["config"]
+    assert config["deadline_s"] == 60
+    expect = config["expect"]
+    assert expect["reclaim_wait_s"] == 7  # a key the node reads, as the inventory sets it
+    assert expect["nvidia_smi_timeout_s"] == 60  # from the profiles
+    # what only the checks read (gpu_count, the driver branch, NVLink links) stays here
+    assert set(expect) <= node_profile_keys()
+    assert not {"gpu_count", "min_driver_version", "nvlink_links_expected"} & set(expect)
     with pytest.raises(ProbeError):
         filters.facts_document("no document here")
 
