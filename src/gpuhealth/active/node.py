@@ -51,7 +51,7 @@ def run(command: str, timeout_s: float) -> Dict[str, Any]:
         "rc": None,
         "stdout": "",
         "stderr": "",
-        "duration_s": 0.0,
+        "duration_s": None,
         "error": None,
         "timed_out": False,
     }
@@ -67,10 +67,12 @@ def run(command: str, timeout_s: float) -> Dict[str, Any]:
         return record
     try:
         out, err = proc.communicate(timeout=limit + KILL_GRACE_S + PIPE_GRACE_S)
-    except subprocess.TimeoutExpired:
-        # `timeout` ended the command, yet something it started keeps the pipes open.
+    except subprocess.TimeoutExpired as stuck:
+        # `timeout` ended the command, yet something it started keeps the pipes open. What it
+        # printed until then is the evidence (Python 3.7+ hands it over; 3.6 does not).
+        out, err = stuck.output or b"", stuck.stderr or b""
         proc.kill()
-        out, err = b"", b""
+        _reap(proc)
         record["error"] = f"no end after {limit} s: its output stayed open"
         record["timed_out"] = True
     duration = round(time.monotonic() - started, 3)
@@ -82,6 +84,18 @@ def run(command: str, timeout_s: float) -> Dict[str, Any]:
         record["error"] = stopped(proc.returncode, duration, limit)
         record["timed_out"] = record["error"] is not None
     return record
+
+
+def _reap(proc: "subprocess.Popen[bytes]") -> None:
+    """Wait for the killed shell (not for its pipes, which a stray child still holds) and
+    close our ends of them, so no zombie or open pipe outlives the launch."""
+    try:
+        proc.wait(timeout=KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def run_plan(plan: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
