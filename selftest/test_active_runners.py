@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -752,3 +753,39 @@ def test_results_of_a_lower_level_are_not_judged_as_a_higher_one(tmp_path):
     section, kept = collect.saved_run(view, "nccl", "full")
     assert section is facts["nccl"] and [name for name, _ in kept] == ["nccl-all_reduce_perf"]
     assert collect.saved_run(view, "dcgm", "standard")[0] is facts["dcgm"]
+
+
+def test_a_stray_child_holding_the_pipes_keeps_what_was_printed_and_reaps_the_shell(
+    tmp_path, monkeypatch
+):
+    """A launch whose stray child (in a session of its own, out of `timeout`'s reach) keeps
+    stdout open: the runner stops waiting, keeps what the launch printed until then, and
+    reaps the shell it started (no zombie left behind)."""
+    monkeypatch.setattr(on_node, "KILL_GRACE_S", 1)
+    monkeypatch.setattr(on_node, "PIPE_GRACE_S", 1)
+    started: list[subprocess.Popen[bytes]] = []
+    popen = subprocess.Popen
+
+    def recorded(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        started.append(popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(on_node.subprocess, "Popen", recorded)
+    pid_file = tmp_path / "stray.pid"
+    command = f"echo partial result; setsid sleep 60 & echo $! > {pid_file}; wait"
+    try:
+        record = on_node.run(command, 1)
+    finally:
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    assert record["timed_out"] and record["error"] == "no end after 1 s: its output stayed open"
+    assert record["rc"] is None and "partial result" in record["stdout"]
+    assert started[0].returncode is not None  # the shell was waited for
+
+
+@pytest.mark.parametrize("took", [None, "12", True, [1]])
+def test_a_launch_without_a_number_for_its_duration_reads_as_unknown(took):
+    """Not 0.0: how long a launch ran is evidence, and a record without it did not say."""
+    record = {"command": "x", "rc": 0, "stdout": "", "duration_s": took}
+    assert collect.outcome_of(record).duration_s is None
+    assert collect.outcome_of({**record, "duration_s": 3}).duration_s == 3.0

@@ -74,7 +74,7 @@ def plan(view: NodeView, level: str) -> list[Planned]:
 
         def note(name: str, command: str, timeout_s: float, section: str = run.section) -> Outcome:
             planned.append(Planned(section, name, command, float(timeout_s)))
-            return Outcome(command, None, "", "", 0.0, "planned, not run")
+            return Outcome(command, None, "", "", None, "planned, not run")
 
         run.launch(ActiveContext(view, level, note))
     return planned
@@ -93,7 +93,7 @@ def load_results(
         if got is not None and got.command == command:
             return got
         why = failure or "the node reported no outcome of this launch"
-        return Outcome(command, None, "", "", 0.0, why)
+        return Outcome(command, None, "", "", None, why)
 
     found: dict[str, Any] = {LEVEL_KEY: level}
     for run in runs_at(level):
@@ -110,12 +110,13 @@ def load_results(
 def outcome_of(record: dict[str, Any]) -> Outcome:
     """A launch's Outcome from its record (the node's report, or a saved facts document)."""
     rc = record.get("rc")
+    took = record.get("duration_s")
     return Outcome(
         str(record.get("command") or ""),
         rc if isinstance(rc, int) and not isinstance(rc, bool) else None,
         str(record.get("stdout") or ""),
         str(record.get("stderr") or ""),
-        float(record.get("duration_s") or 0.0),
+        float(took) if isinstance(took, (int, float)) and not isinstance(took, bool) else None,
         None if record.get("error") is None else str(record["error"]),
         record.get("timed_out") is True,
     )

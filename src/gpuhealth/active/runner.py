@@ -31,7 +31,7 @@ class Outcome:
     rc: int | None
     stdout: str
     stderr: str
-    duration_s: float
+    duration_s: float | None  # None: not known (not run, or a saved log)
     error: str | None = None
     timed_out: bool = False
 

@@ -160,7 +160,7 @@ def _judge_logs(item: pytest.Item, state: RunState, paths: list[Path]) -> None:
         members = tuple(dict.fromkeys(name for name in found if name))
         section["nvlink_domains"] = fleet.domains(members) if members else None
         name = f"nccl-multinode-{path.stem}"
-        outcome = Outcome(f"# saved log {path}", None, text, "", 0.0)
+        outcome = Outcome(f"# saved log {path}", None, text, "", None)
         state.attach(item, f"{name}.log", redact(outcome.log), "text")
         if members:
             state.keep(members[0], name, outcome)
