@@ -25,6 +25,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from gpuhealth.checks import NodeView, evaluate
+from gpuhealth.families.history.checks import notes_of, regressions_of
 from gpuhealth.history.run import History, measured, measured_load, new_failures, run_record
 from gpuhealth.history.store import METADATA, Store, StoreError, engine_url, head_revision
 from gpuhealth.registry import check
@@ -148,7 +149,7 @@ def test_counters_that_must_not_grow_fail_on_any_growth(nights):
     found = nights.judge("gpu_regression", now, T0 + DAY, 2)
     assert found.status is Status.FAIL
     assert "rows remapped for correctable errors 0 -> 2 since the last run" in found.text
-    (entry,) = found.result.regressions
+    (entry,) = regressions_of(found.result)
     assert entry == {
         "check": "gpu_regression",
         "gpu": 2,
@@ -161,7 +162,7 @@ def test_counters_that_must_not_grow_fail_on_any_growth(nights):
     assert entry["message"].startswith("node17 gpu2 (GPU-")  # names host, GPU, serial
     assert f"serial {gpu(now, 2)['serial']}" in entry["message"]
     three = nights.judge("gpu_regression", now, T0 + DAY, 3)
-    assert [r["metric"] for r in three.result.regressions] == ["ecc_uncorrected_aggregate"]
+    assert [r["metric"] for r in regressions_of(three.result)] == ["ecc_uncorrected_aggregate"]
     assert nights.judge("gpu_regression", now, T0 + DAY, 0).status is Status.PASS
 
 
@@ -236,7 +237,7 @@ def test_busbw_drop_waits_for_enough_good_runs(nights):
         "single-node all_reduce busbw 405 GB/s is 15.0% below its baseline 476.5 GB/s "
         "(median of 3 good runs)" in found.text
     )
-    (entry,) = found.result.regressions
+    (entry,) = regressions_of(found.result)
     assert (entry["metric"], entry["baseline"], entry["value"], entry["gpu"]) == (
         "nccl_busbw_gbps",
         476.5,
@@ -268,7 +269,7 @@ def test_a_driver_change_restarts_the_baselines_and_is_named(nights):
     found = nights.judge("load_regression", upgraded, T0 + 3 * DAY)
     assert found.status is Status.SKIP and "has 0" in found.text
     node = nights.judge("node_regression", upgraded, T0 + 3 * DAY)
-    assert "driver changed since the last run: 570.86.15 -> 575.51.03" in node.result.notes[0]
+    assert "driver changed since the last run: 570.86.15 -> 575.51.03" in notes_of(node.result)[0]
 
 
 def test_a_replaced_gpu_is_a_note_and_its_baseline_restarts(nights):
@@ -280,7 +281,7 @@ def test_a_replaced_gpu_is_a_note_and_its_baseline_restarts(nights):
     found = nights.judge("gpu_regression", now, T0 + DAY, 4)
     assert found.status is Status.SKIP
     assert found.result.message.startswith("no baseline yet (0 runs)")
-    (note,) = found.result.notes
+    (note,) = notes_of(found.result)
     assert note.startswith("gpu4 is another GPU since the last run: serial 1650124099999, was ")
     assert note.endswith("(a new GPU); its baseline restarts")
 
@@ -296,7 +297,7 @@ def test_gpus_are_followed_by_serial_when_they_move(nights):
     b["remapped_rows"]["correctable"] = 7  # the GPU with 7 rows now sits at index 5
     found = nights.judge("gpu_regression", now, T0 + DAY, 5)
     assert found.status is Status.PASS, found.text
-    assert "this GPU was gpu4 then" in found.result.notes[0]
+    assert "this GPU was gpu4 then" in notes_of(found.result)[0]
 
 
 def test_idle_temperature_rise_and_a_vbios_change(tmp_path):
@@ -317,7 +318,7 @@ def test_idle_temperature_rise_and_a_vbios_change(tmp_path):
     gpu(hot, 6)["vbios_version"] = "96.00.99.00.01"
     found = nights.judge("gpu_regression", hot, T0 + 3 * DAY, 6)
     assert found.status is Status.PASS
-    assert "VBIOS changed since the last run" in found.result.notes[0]
+    assert "VBIOS changed since the last run" in notes_of(found.result)[0]
 
 
 def _stamp(epoch: float) -> str:
@@ -346,7 +347,7 @@ def test_warn_policy_warns(nights):
     now = healthy()
     gpu(now, 2)["remapped_rows"]["correctable"] = 2
     found = nights.judge("gpu_regression", now, T0 + DAY, 2, policy="warn")
-    assert found.status is Status.WARN and found.result.regressions
+    assert found.status is Status.WARN and regressions_of(found.result)
 
 
 def test_a_node_that_passed_and_fails_now_is_a_new_failure():

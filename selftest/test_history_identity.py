@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import command
 
 from gpuhealth.checks import NodeView, evaluate
-from gpuhealth.families.history.checks import machine_notes
+from gpuhealth.families.history.checks import machine_notes, notes_of, regressions_of
 from gpuhealth.families.system import metrics as system_metrics
 from gpuhealth.families.system import probe as system_probe
 from gpuhealth.history import store as store_module
@@ -85,7 +85,7 @@ class Fleet(Nights):
             results = [evaluate(check("gpu_regression"), view, g["index"]) for g in facts["gpus"]]
             results.append(evaluate(check("node_regression"), view))
             failed = any(r.status is Status.FAIL for r in results)
-            regressions = [entry for r in results for entry in r.result.regressions]
+            regressions = [entry for r in results for entry in regressions_of(r.result)]
             verdicts.append(
                 NodeVerdict(host, "FAIL" if failed else "PASS", regressions=regressions)
             )
@@ -105,11 +105,11 @@ def fleet(tmp_path):
 
 
 def regressions(results: list[Any]) -> list[tuple[int | None, str]]:
-    return [(e["gpu"], e["metric"]) for r in results for e in r.result.regressions]
+    return [(e["gpu"], e["metric"]) for r in results for e in regressions_of(r.result)]
 
 
 def notes(results: list[Any]) -> list[str]:
-    return [n for r in results for n in r.result.notes]
+    return [n for r in results for n in notes_of(r.result)]
 
 
 def node_ids(store: Store) -> dict[str, set[str]]:
@@ -229,7 +229,7 @@ def test_facts_that_name_no_machine_are_judged_by_host_name(fleet):
         (2, "ecc_corrected_aggregate"),
         (2, "remapped_rows_correctable"),
     ]
-    assert any(n.startswith("this GPU was in n3 gpu2 until") for n in found[2].result.notes)
+    assert any(n.startswith("this GPU was in n3 gpu2 until") for n in notes_of(found[2].result))
 
 
 def test_a_host_name_history_continues_when_its_facts_first_name_the_machine(fleet):
@@ -434,7 +434,7 @@ def test_a_swapped_gpu_starts_its_own_series(fleet):
     assert regressions(found) == []
     gpu2 = found[2]
     assert gpu2.status is Status.SKIP and gpu2.result.message.startswith("no baseline yet (0 runs)")
-    assert any("gpu2 is another GPU since the last run" in n for n in gpu2.result.notes)
+    assert any("gpu2 is another GPU since the last run" in n for n in notes_of(gpu2.result))
     keys = {row["gpu_key"] for row in fleet.store().series(host="n3", gpu=2)}
     assert keys == {worn["gpus"][2]["serial"], "1650124077777"}
 

@@ -21,6 +21,7 @@ import pytest
 
 from gpuhealth.checks import NodeView, evaluate
 from gpuhealth.cli import main
+from gpuhealth.families.history.checks import regressions_of
 from gpuhealth.families.history.limits import HistoryLimits
 from gpuhealth.history import morning, plots
 from gpuhealth.history.run import History, measured, measured_load, run_record
@@ -93,7 +94,7 @@ class Fleet:
             view = NodeView(host, {**data, "history": history.section(host, LIMITS, data)}, LIMITS)
             results = [evaluate(check("gpu_regression"), view, n) for n in range(8)]
             results += [evaluate(check(n), view) for n in ("node_regression", "load_regression")]
-            regressions = [r for f in results for r in f.result.regressions]
+            regressions = [r for f in results for r in regressions_of(f.result)]
             bad = any(f.status in (Status.FAIL, Status.WARN) for f in results)
             verdict = ("FAIL" if self.policy == "fail" else "WARN") if bad else "PASS"
             verdicts.append(NodeVerdict(host, verdict, regressions=regressions))

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from gpuhealth.checks import NodeView, evaluate
+from gpuhealth.families.history.checks import notes_of, regressions_of
 from gpuhealth.history.run import History, measured, measured_load, run_record, store_usage_error
 from gpuhealth.history.store import Store
 from gpuhealth.registry import check
@@ -83,7 +84,7 @@ class Series:
         )
         results = [evaluate(check("gpu_regression"), view, HOT_GPU)]
         results += [evaluate(check(name), view) for name in ("node_regression", "load_regression")]
-        regressions = [r for f in results for r in f.result.regressions]
+        regressions = [r for f in results for r in regressions_of(f.result)]
         verdict = "PASS"
         if any(f.status is Status.FAIL for f in results):
             verdict = "FAIL"
@@ -93,7 +94,7 @@ class Series:
         if "nccl" in found:
             kept["rows"] += measured_load(view, "nccl")["rows"]
         node = NodeVerdict(self.host, verdict, regressions=regressions)
-        node.notes = [n for f in results for n in f.result.notes]
+        node.notes = [n for f in results for n in notes_of(f.result)]
         record = run_record(
             history,
             complete=True,

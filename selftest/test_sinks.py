@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from gpuhealth.families.history.checks import Regression
 from gpuhealth.history.run import History
 from gpuhealth.report import NodeVerdict, Outcome, VerdictDocument
 from gpuhealth.results import Action, Shared
@@ -120,7 +121,7 @@ def test_a_record_crosses_from_a_worker_whole():
         message="volatile uncorrected ECC errors 3 > 0",
         label="n1 gpu3",
         action="RESET_GPU",
-        shared=shared,
+        details=[shared, Regression({"check": "ecc_errors", "gpu": 3, "metric": "ecc"})],
         attachments=[{"name": "facts n1.json", "source": "x-attachment.json"}],
         rows=[{"gpu": 3, "gpu_key": "S1", "metric": "ecc", "value": 3.0}],
     )

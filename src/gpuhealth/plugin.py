@@ -922,11 +922,8 @@ def judge(name: str, slot: Slot | Subject) -> None:
     found.label, found.action, found.advice = finding.label, result.action.value, result.advice
     found.profile = view.limits.name
     found.node_state, found.node_state_source = view.node_state, view.node_state_source
-    if result.regressions:
-        found.regressions = list(result.regressions)
-    if result.notes:
-        found.notes = list(result.notes)
-    found.shared = result.shared
+    if result.details:
+        found.details = list(result.details)
     if index is not None:
         gpu = view.gpu(index) or {}
         if gpu.get("uuid"):

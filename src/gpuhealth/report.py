@@ -222,6 +222,10 @@ class VerdictBook:
         self.nodes: dict[str, NodeVerdict] = {}
         self._bad: dict[str, list[Outcome]] = {}
         self._soft: dict[str, list[Outcome]] = {}
+        # Values each host's inventory group must agree on (results.Shared), compared at the
+        # end (shared_outcomes), and the test file each fleet check is reported in.
+        self.shared: list[tuple[str, Shared]] = []
+        self.shared_files: dict[str, str] = {}
 
     def node(self, host: str) -> NodeVerdict:
         """The verdict record of a host, created on first use."""
@@ -253,6 +257,12 @@ class VerdictBook:
     def regression(self, host: str, entry: dict[str, Any]) -> None:
         """A change against the host's history (its test outcome is added like any other)."""
         self.node(host).regressions.append(entry)
+
+    def share(self, host: str, value: Shared, nodeid: str) -> None:
+        """A value the host's group must agree on, stated by test `nodeid` (its fleet check is
+        reported in the same test file)."""
+        self.shared.append((host, value))
+        self.shared_files[value.check] = nodeid.partition("::")[0]
 
     def findings(self) -> list[Outcome]:
         """Every outcome that was not a PASS or SKIP (what the run store keeps)."""

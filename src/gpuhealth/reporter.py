@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpuhealth import report as reporting
-from gpuhealth.results import Shared, Status
+from gpuhealth.results import Status
 from gpuhealth.sinks import FinishedTest, Record, RunEnd, RunInfo, Sinks, last_line
 from gpuhealth.targets import slot_params
 
@@ -64,8 +64,6 @@ class Reporter:
     state: RunState
     verdicts: list[reporting.NodeVerdict] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # outputs that could not be written
-    shared: list[tuple[str, Shared]] = field(default_factory=list)  # see results.Shared
-    shared_files: dict[str, str] = field(default_factory=dict)  # fleet check -> its test file
     cut_short: bool = False  # tests the run ended before (^C, a lost worker)
     complete: bool = False  # set at the end: see pytest_sessionfinish
     sinks: Sinks = field(init=False)
@@ -134,13 +132,8 @@ class Reporter:
             book.state(host, record.node_state, record.node_state_source or "")
         if record.note is not None:
             book.note(host, record.note)
-        for note in record.notes or ():
-            book.note(host, note)
-        for entry in record.regressions or ():
-            book.regression(host, entry)
-        if record.shared is not None:
-            self.shared.append((host, record.shared))
-            self.shared_files[record.shared.check] = test.nodeid.partition("::")[0]
+        for detail in record.details or ():
+            detail.reach(host, test.nodeid, book)
         if record.unreachable is not None:
             book.unreachable(host, record.unreachable)
         elif test.when and not test.skipped and record.status is None:
@@ -199,8 +192,9 @@ class Reporter:
         one failed (the run's exit status must say so: pytest ran no such test)."""
         failed = False
         now = time.time()
-        for outcome in reporting.shared_outcomes(self.shared):
-            nodeid = f"{self.shared_files[outcome.check]}::test_{outcome.check}[{outcome.host}]"
+        for outcome in reporting.shared_outcomes(self.book.shared):
+            where = self.book.shared_files[outcome.check]
+            nodeid = f"{where}::test_{outcome.check}[{outcome.host}]"
             text = f"{outcome.label}: {outcome.message}"
             test = FinishedTest(nodeid, int(now * 1000))
             if outcome.status == Status.SKIP.value:

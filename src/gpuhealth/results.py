@@ -6,9 +6,14 @@ act on; the advice is the same thing in words, for the engineer reading the repo
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+if TYPE_CHECKING:
+    from gpuhealth.report import VerdictBook
 
 
 class _Code(str, Enum):
@@ -67,8 +72,49 @@ ACTION_MEANINGS = {
 }
 
 
+class Detail:
+    """What a check adds to its Result beyond status and words, declared by the family that
+    owns it (a frozen dataclass of plain values, such as the history family's regressions and
+    notes). `reach` puts it into the run's verdicts on the controller (verdicts.json, and the
+    run store through them); from an xdist worker it travels as its `kind` (where the class
+    lives) and its field values (`wire`, `unwire`)."""
+
+    kind: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.kind = f"{cls.__module__}:{cls.__qualname__}"
+
+    def reach(self, host: str, nodeid: str, book: VerdictBook) -> None:
+        """Add it to the verdicts of `host`, reported by test `nodeid`."""
+        raise NotImplementedError
+
+    def wire(self) -> tuple[Any, ...]:
+        """Plain values: its kind, then its fields in order."""
+        return (self.kind, *vars(self).values())
+
+    @staticmethod
+    def unwire(wired: tuple[Any, ...] | list[Any]) -> Detail:
+        """The detail `wire` gave; its class is imported by the kind's module."""
+        kind, *values = wired
+        cls = _KINDS.get(kind)
+        if cls is None:
+            module, _, name = str(kind).partition(":")
+            if module.partition(".")[0] != "gpuhealth":
+                raise TypeError(f"not a result detail: {kind!r}")
+            cls = getattr(importlib.import_module(module), name, None)
+            if not (isinstance(cls, type) and issubclass(cls, Detail)):
+                raise TypeError(f"not a result detail: {kind!r}")
+            _KINDS[kind] = cls
+        return cls(*values)
+
+
+_KINDS: dict[str, Callable[..., Detail]] = {}
+D = TypeVar("D", bound=Detail)
+
+
 @dataclass(frozen=True)
-class Shared:
+class Shared(Detail):
     """A value every node of one inventory group must report alike, such as the NVLink domain
     identity of the nodes `nvlink_domain: rack07` puts in one NVL72 rack. Only the controller
     sees every host, so a node check states its value and the Reporter compares them
@@ -81,21 +127,26 @@ class Shared:
     value: str  # what this node reports
     advice: str  # what to do about a node that differs from its group
 
+    def reach(self, host: str, nodeid: str, book: VerdictBook) -> None:
+        """Held for the comparison with the rest of the group, at the end of the run."""
+        book.share(host, self, nodeid)
+
 
 @dataclass(frozen=True)
 class Result:
     """One check's verdict on one node or GPU: `message` says what was measured against what
-    was expected; `action` and `advice` say what to do (FAIL and WARN only). A history check
-    also lists its `regressions` (verdicts.json's entries) and `notes` (e.g. a GPU replaced);
-    `shared` is a value the node's inventory group must agree on (see Shared)."""
+    was expected; `action` and `advice` say what to do (FAIL and WARN only); `details` are
+    what the check's family adds to the node's verdict (see Detail)."""
 
     status: Status
     message: str
     action: Action = Action.NONE
     advice: str | None = None
-    regressions: tuple[dict[str, Any], ...] = ()
-    notes: tuple[str, ...] = ()
-    shared: Shared | None = None
+    details: tuple[Detail, ...] = ()
+
+    def of(self, kind: type[D]) -> list[D]:
+        """Its details of one kind, in order."""
+        return [found for found in self.details if isinstance(found, kind)]
 
 
 def passed(message: str) -> Result:

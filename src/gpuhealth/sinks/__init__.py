@@ -18,13 +18,13 @@ from __future__ import annotations
 import importlib
 import operator
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuhealth.checks import Finding
-from gpuhealth.results import Action, Result, Shared, Status
+from gpuhealth.results import Action, Detail, Result, Status
 
 if TYPE_CHECKING:
     from gpuhealth.allure_results import AllureResults
@@ -65,9 +65,7 @@ class Record:
     unreachable: str | None = None  # the host could not be probed: why
     error: str | None = None  # the host's facts could not be read or judged: why
     note: str | None = None  # context for the node's verdict (no GPU expected, a mixed node)
-    notes: list[str] | None = None  # a history check's notes (a GPU replaced)
-    regressions: list[dict[str, Any]] | None = None  # a history check's (verdicts.json's)
-    shared: Shared | None = None  # a value the host's inventory group must agree on
+    details: list[Detail] | None = None  # what the check's family adds (results.Detail)
     fleet: list[dict[str, Any]] | None = None  # a fleet test's finding for each host
     attachments: list[dict[str, str]] | None = None  # Allure attachment references
     identity: dict[str, Any] | None = None  # the host's identity, for history and exporters
@@ -78,8 +76,8 @@ class Record:
         """The record as xdist carries it: plain values in field order, without the unset
         fields at the end (most of them, on most tests)."""
         values = list(_VALUES(self))
-        if self.shared is not None:
-            values[_SHARED] = asdict(self.shared)
+        if self.details is not None:
+            values[_DETAILS] = [detail.wire() for detail in self.details]
         while values and values[-1] is None:
             values.pop()
         return tuple(values)
@@ -91,8 +89,8 @@ class Record:
         if isinstance(carried, Record):
             return carried
         found = cls(*carried)
-        if isinstance(found.shared, dict):
-            found.shared = Shared(**found.shared)
+        if found.details is not None:
+            found.details = [Detail.unwire(wired) for wired in found.details]
         return found
 
     def keep(self, measured: dict[str, Any]) -> None:
@@ -122,7 +120,7 @@ class Record:
 
 _FIELDS = tuple(f.name for f in fields(Record))
 _VALUES = operator.attrgetter(*_FIELDS)
-_SHARED = _FIELDS.index("shared")
+_DETAILS = _FIELDS.index("details")
 
 
 @dataclass(slots=True)

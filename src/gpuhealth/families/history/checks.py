@@ -25,14 +25,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import takewhile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuhealth import registry
 from gpuhealth.checks import HISTORY_SECTION, CheckSet, NodeView, StopCheck, gpu_label, section
 from gpuhealth.families.history.limits import HistoryLimits
 from gpuhealth.families.history.metrics import cursors, gpu_key, gpu_values, identity, node_values
 from gpuhealth.metrics import COUNTER_RULES, DRIFT_RULES, Events, Metric, Values
-from gpuhealth.results import Action, Result, Status, passed, skipped
+from gpuhealth.results import Action, Detail, Result, Status, passed, skipped
+
+if TYPE_CHECKING:
+    from gpuhealth.report import VerdictBook
 
 CHECKS = CheckSet(
     "history",
@@ -94,22 +97,56 @@ class Judgement:
     def result(self, policy: str, runs: int) -> Result:
         """FAIL (WARN under the warn policy) on regressions, else PASS with what was judged;
         SKIP when nothing could be (`runs`: the earlier runs of this node or GPU)."""
-        notes = tuple(self.notes)
+        notes = tuple(Note(text) for text in self.notes)
         if self.regressions:
             status = Status.WARN if policy == "warn" else Status.FAIL
             text = "; ".join(r["message"].removeprefix(f"{self.label}: ") for r in self.regressions)
-            return Result(
-                status, text, Action.INSPECT, "; ".join(self.advice), tuple(self.regressions), notes
-            )
+            found = tuple(Regression(entry) for entry in self.regressions)
+            return Result(status, text, Action.INSPECT, "; ".join(self.advice), found + notes)
         pending = f"; not judged: {'; '.join(self.unjudged)}" if self.unjudged else ""
-        said = "".join(f"; {note}" for note in notes)
+        said = "".join(f"; {note}" for note in self.notes)
         if not self.judged:
             why = pending if runs else ""
-            return Result(Status.SKIP, f"no baseline yet ({runs} runs){why}{said}", notes=notes)
+            return Result(Status.SKIP, f"no baseline yet ({runs} runs){why}{said}", details=notes)
         found = passed(
             f"no regression in {self.judged} values against {runs} earlier runs{pending}{said}"
         )
-        return Result(found.status, found.message, notes=notes)
+        return Result(found.status, found.message, details=notes)
+
+
+@dataclass(frozen=True)
+class Regression(Detail):
+    """A change against the node's own history: an entry of its verdict's `regressions` in
+    verdicts.json (check, gpu, metric, baseline, value, message, action), which the run store
+    keeps; the regression checks' findings list them."""
+
+    entry: dict[str, Any]
+
+    def reach(self, host: str, nodeid: str, book: VerdictBook) -> None:
+        """Listed in the node's verdict."""
+        book.regression(host, self.entry)
+
+
+@dataclass(frozen=True)
+class Note(Detail):
+    """Context for the node's verdict that is no finding (a GPU replaced, a driver changed, a
+    regression already reported for this night)."""
+
+    text: str
+
+    def reach(self, host: str, nodeid: str, book: VerdictBook) -> None:
+        """Among the verdict's notes (its reasons when it passes)."""
+        book.note(host, self.text)
+
+
+def regressions_of(result: Result) -> list[dict[str, Any]]:
+    """The regression entries a result lists."""
+    return [found.entry for found in result.of(Regression)]
+
+
+def notes_of(result: Result) -> list[str]:
+    """The notes a result carries."""
+    return [found.text for found in result.of(Note)]
 
 
 def _history(node: NodeView, needed: bool = False) -> tuple[dict[str, Any], list[Sample]]:

@@ -307,7 +307,7 @@ def nvlink_clique(node: NodeView) -> Result:
         "correct the inventory; else put the tray in its rack's NVLink partition (NMX fabric "
         "manager), check IMEX, and reset the GPUs",
     )
-    return replace(passed(f"{text}; nvlink_domain {domain}"), shared=shared)
+    return replace(passed(f"{text}; nvlink_domain {domain}"), details=(shared,))
 
 
 # NVLink error counters, judged as DCGM's NVLink health watch does (NVIDIA/DCGM@72fa3fea,
