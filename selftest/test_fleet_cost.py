@@ -14,11 +14,15 @@ import json
 import sys
 from types import SimpleNamespace
 from typing import Any
+from uuid import UUID
 
 import pytest
+from allure_commons.model2 import TestResult as AllureTestResult
+from allure_commons.utils import md5
 from xdist.scheduler import LoadScopeScheduling
 
-from gpuhealth import documents, plugin
+from gpuhealth import documents, junit_results, plugin
+from gpuhealth.allure_results import AllureResults, Case
 from gpuhealth.plugin import XdistHostScheduling, readable_json
 from selftest.facts import healthy_h100, write_facts
 from selftest.mutations import FACT_VALUES, mutated_facts
@@ -105,6 +109,104 @@ def test_the_facts_attachment_is_the_document(tmp_path):
     attached = list((tmp_path / "r" / "allure-results").glob("*-attachment.json"))
     assert len(attached) == 1
     assert json.loads(attached[0].read_text()) == documents.validated(doc, "n1")
+
+
+def plain_result(case: Case, uuid: str) -> dict[str, Any]:
+    """An Allure result as allure-pytest's model gives it: a plain dict, every field."""
+    test = f"{case.nodeid.partition('::')[0].removesuffix('.py').replace('/', '.')}#"
+    test += case.nodeid.partition("::")[2].partition("[")[0]
+    result: dict[str, Any] = {
+        "uuid": uuid,
+        "historyId": md5(test, *(v for _, v in sorted(case.parameters))),
+        "testCaseId": md5(test),
+        "fullName": test,
+        "titlePath": case.nodeid.partition("::")[0].split("/"),
+        "name": case.name,
+        "status": case.status,
+        "stage": "finished",
+        "start": case.start_ms,
+        "stop": case.stop_ms,
+        "labels": [{"name": n, "value": v} for n, v in case.labels],
+        "parameters": [{"name": n, "value": v} for n, v in case.parameters],
+    }
+    details = {"message": case.message, "trace": case.trace}
+    if case.message or case.trace:
+        result["statusDetails"] = {k: v for k, v in details.items() if v}
+    if case.description:
+        result["description"] = case.description
+    if case.attachments:
+        result["attachments"] = case.attachments
+    return result
+
+
+CASES = [
+    Case(
+        "tests/test_gpu.py::test_ecc_errors[n1-gpu3]",
+        "test_ecc_errors[n1-gpu3]",
+        "passed",
+        "",
+        "",
+        1,
+        2,
+        [("parentSuite", "n1"), ("host", "n1"), ("gpu", "3")],
+        [("gpuhealth_host", "n1"), ("gpu", "3")],
+        "Uncorrectable ECC",
+        [],
+    ),
+    Case(
+        'tests/sub/test_x.py::test_y[h\u00e9"<&>-gpu0]',
+        'test_y[h\u00e9"<&>]',
+        "failed",
+        "FAIL: \u2603 4 > 0.\nAction RMA",
+        "trace\tline",
+        1700000000000,
+        1700000000001,
+        [("host", 'h\u00e9"<&>'), ("tag", "WARN"), ("serial", "\x00\x7f")],
+        [("gpuhealth_host", 'h\u00e9"<&>'), ("a", "z")],
+        "",
+        [{"name": "facts n1.json", "source": "x-attachment.json", "type": "application/json"}],
+    ),
+    Case(
+        "tests/test_node.py::test_driver",
+        "test_driver",
+        "skipped",
+        "",
+        "only trace",
+        0,
+        0,
+        [],
+        [],
+        "\U0001f600 summary",
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=["passed", "odd-text", "no-params"])
+def test_an_allure_result_is_what_json_writes_for_the_plain_result(case, tmp_path):
+    """Results are written from pre-encoded fragments (AllureResults.write): byte for byte
+    what json.dumps writes for the result as a plain dict, read by Allure's own model."""
+    results = AllureResults(tmp_path, clean=False, background=False)
+    results.write(case)
+    results.write(case)
+    first, second = sorted(tmp_path.glob("*-result.json"))
+    for path in (first, second):
+        text = path.read_text()
+        uuid = path.name.removesuffix("-result.json")
+        assert text == json.dumps(plain_result(case, uuid))
+        AllureTestResult(**json.loads(text))
+        assert str(UUID(uuid)) == uuid
+    assert first.name != second.name
+
+
+def test_text_that_needs_no_escaping_is_written_as_it_is_and_any_other_escaped():
+    """JUnit's attribute values skip the escaping only where it would change nothing."""
+    texts = [chr(c) for c in range(0x2FF)] + ["tests/test_gpu.py", "a&b", "\ud800", "\U0001f600"]
+    texts += ["test_x[n1-gpu3]", 'x"y', "tab\there", "\x7f", "~"]
+    for text in texts:
+        assert junit_results.attribute(text) == junit_results._legal(text).translate(
+            junit_results._ATTRIBUTE
+        ), repr(text)
 
 
 QUIET = SimpleNamespace(loadscopesched=lambda *args: None)  # xdist's log, unprinted

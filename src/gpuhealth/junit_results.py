@@ -10,6 +10,7 @@ folds each test's phases into one outcome, so it writes the same xunit2 document
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
@@ -34,13 +35,25 @@ _ATTRIBUTE = str.maketrans(
 _TEXT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 
 
+# Text that needs no escaping anywhere (what a test id nearly always is).
+_PLAIN = re.compile(r"[ !#-%'-;=?-~]*")
+
+
 def _legal(text: str) -> str:
     return _ILLEGAL.sub(lambda m: f"#x{ord(m.group()):02X}", text)
 
 
 def attribute(text: str) -> str:
     """Text as a double-quoted XML attribute value."""
+    if _PLAIN.fullmatch(text):
+        return text
     return _legal(text).translate(_ATTRIBUTE)
+
+
+@functools.lru_cache(maxsize=1024)
+def _classname(path: str) -> str:
+    """A test file's `classname` attribute (`tests/test_gpu.py`: `tests.test_gpu`)."""
+    return attribute(path.removesuffix(".py").replace("/", "."))
 
 
 def content(text: str) -> str:
@@ -62,10 +75,9 @@ class JUnitResults:
     def case(self, nodeid: str, seconds: float, kind: str | None, message: str, text: str) -> None:
         """One test: passed (`kind` None) or with its failure, error or skip."""
         path, _, name = nodeid.partition("::")
-        classname = path.removesuffix(".py").replace("/", ".")
         self.counts["tests"] += 1
         head = (
-            f'<testcase classname="{attribute(classname)}" name="{attribute(name)}" '
+            f'<testcase classname="{_classname(path)}" name="{attribute(name)}" '
             f'time="{seconds:.3f}"'
         )
         if kind is None:

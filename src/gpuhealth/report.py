@@ -229,12 +229,21 @@ class VerdictBook:
 
     def node(self, host: str) -> NodeVerdict:
         """The verdict record of a host, created on first use."""
-        return self.nodes.setdefault(host, NodeVerdict(host))
+        node = self.nodes.get(host)
+        if node is None:
+            node = self.nodes[host] = NodeVerdict(host)
+        return node
+
+    def count(self, host: str, status: str) -> None:
+        """Count an outcome that is only counted (PASS, SKIP), as `add` would: most of a
+        fleet's outcomes, so without building one."""
+        counts = self.node(host).counts
+        counts[status] = counts.get(status, 0) + 1
 
     def add(self, outcome: Outcome) -> None:
         """Record one check outcome."""
-        node = self.node(outcome.host)
-        node.counts[outcome.status] = node.counts.get(outcome.status, 0) + 1
+        self.count(outcome.host, outcome.status)
+        node = self.nodes[outcome.host]
         if outcome.status in ("FAIL", "ERROR"):
             self._bad.setdefault(outcome.host, []).append(outcome)
             node.failed.append(outcome.entry())

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 # Above this many nodes the terminal lists the nodes that need attention, not every PASS.
 LIST_ALL_NODES = 50
+# Findings a node's verdict only counts (VerdictBook.count).
+_COUNTED = frozenset((Status.PASS.value, Status.SKIP.value))
 
 
 def run_info(state: RunState) -> RunInfo:
@@ -139,7 +141,9 @@ class Reporter:
         elif test.when and not test.skipped and record.status is None:
             book.error(host, test.check, record.gpu, record.error or test.last_line())
         elif test.when == "setup" and test.skipped:  # e.g. a load test below its level
-            book.add(reporting.Outcome(test.check, "SKIP", host, record.gpu, test.longrepr, host))
+            book.count(host, Status.SKIP.value)
+        elif record.status in _COUNTED:
+            book.count(host, record.status)
         elif record.status is not None:
             book.add(reporting.Outcome.of(record.finding()))
 
