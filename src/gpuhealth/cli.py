@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from gpuhealth.families.nccl.checks import set_domain_count, set_node_count
 from gpuhealth.history import show
 from gpuhealth.integrations import act, nodecheck, serve
 
+from gpuhealth.sinks import Record, RunInfo, entry
 # Exit codes of `gpuhealth triage`: a FAIL verdict is 1; bad input is 2; a bug is 3, never 1.
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_BUG = 0, 1, 2, 3
 EXIT_PIPE = 128 + 13  # as a shell reports a command killed by SIGPIPE
@@ -61,14 +63,13 @@ def _triage(args: argparse.Namespace) -> int:
         print(f"gpuhealth triage: {exc}", file=sys.stderr)
         return EXIT_USAGE
     book = reporting.VerdictBook()
-    outcomes: list[reporting.Outcome] = []
-    headers = []
-    chosen: dict[str, str] = {}  # host -> its profile and why
-    parts: dict[str, dict[str, str]] = {}  # host -> facts section -> the ticket part it came from
+    hosts: list[Record] = []  # what each node's evidence was
+    found: list[Record] = []  # every finding, with the ticket part it came from
     if args.files.count(STDIN) > 1:
         print("gpuhealth triage: - (standard input) can be read once", file=sys.stderr)
         return EXIT_USAGE
     groups = [(args.node, args.files)] if args.node else [(_host(p), [p]) for p in args.files]
+    started = time.time()
     for host, paths in groups:
         try:
             bundle = bundles.opened(paths, args.node)
@@ -83,53 +84,52 @@ def _triage(args: argparse.Namespace) -> int:
         set_domain_count(facts, args.nvlink_domains)
         expect = Expectations(args.profile, args.expected_gpus, {})
         limits = resolve_limits(expect, profiles, Platform.of(facts))
-        chosen[host] = limits.chosen
         view = NodeView(host, facts, limits, state=args.node_state)
         book.state(host, view.node_state, view.node_state_source)
-        parts[host] = section_sources(facts)
-        found = triage_outcomes(view) + (bundle.outcomes if bundle else [])
-        for outcome in found:
+        parts = section_sources(facts)
+        for outcome in triage_outcomes(view) + (bundle.outcomes if bundle else []):
             book.add(outcome)
-        outcomes.extend(found)
+            found.append(entry.record(outcome))
+            found[-1].evidence = _part(parts, outcome)
         driver = (facts.get("driver") or {}).get("version") or "unknown"
         read = (
             ", ".join(f"{p} ({k.name})" for p, k in zip(paths, kinds, strict=True))
             if bundle
             else described(facts)
         )
-        headers.append(
-            f"{host}: {read}; driver {driver}, profile {limits.chosen}, node {view.node_state}"
+        notes = _busy_note(view) + ([limits.note] if limits.note else [])
+        notes += (bundle.notes if bundle else []) + [
+            e.get("error") for e in facts.get("errors") or []
+        ]
+        hosts.append(
+            Record(
+                host,
+                profile=limits.chosen,
+                node_state=view.node_state,
+                evidence=f"{read}; driver {driver}",
+                remarks=notes,
+            )
         )
-        headers += [f"  note: {note}" for note in _busy_note(view)]
-        if limits.note:
-            headers.append(f"  note: {limits.note}")
-        headers += [f"  note: {note}" for note in (bundle.notes if bundle else [])]
-        for error in facts.get("errors") or []:
-            headers.append(f"  note: {error.get('error')}")
     verdicts = book.finish()
-    verdict = reporting.overall(verdicts)
-    if args.json:
-        document = reporting.VerdictDocument(verdicts, outcomes)
-        doc = document.findings_json(chosen, lambda o: _part(parts, o))
-        print(json.dumps(doc, indent=2))
-    else:
-        for line in headers:
-            print(line)
-        for o in outcomes:
-            if (o.status == "PASS" or _not_evaluated(o)) and not args.verbose:
-                continue
-            action = f" [{o.action}]" if o.status in ("FAIL", "WARN") else ""
-            print(f"{o.status:<5} {o.check:<16} {o.label}: {o.message}{action}")
-            if o.advice and o.status in ("FAIL", "WARN"):
-                print(f"{'':<22} advice: {o.advice}")
-            if _part(parts, o) and o.status in ("FAIL", "WARN"):
-                print(f"{'':<22} from: {_part(parts, o)}")
-        passed = sum(o.status == "PASS" for o in outcomes)
-        hidden = sum(_not_evaluated(o) for o in outcomes)
-        if not args.verbose and (passed or hidden):
-            print(f"({passed} passed, {hidden} not evaluated for want of evidence; -v lists them)")
-        print(f"verdict: {verdict}")
-    return EXIT_PASS if verdict in ("PASS", "WARN") else EXIT_FAIL
+    run = RunInfo(
+        hosts=[str(h.host) for h in hosts],
+        level="full",
+        verdicts=None,
+        options=args,
+        history=None,
+        command="gpuhealth triage",
+        source="evidence",
+        started_at=started,
+        entry="triage",
+    )
+    sinks = entry.deliver(run, lambda: hosts, found, verdicts, time.time())
+    for problem in sinks.problems:
+        print(f"gpuhealth triage: {problem}", file=sys.stderr)
+    if sinks.reader_left:
+        raise BrokenPipeError("standard output was closed")  # main: as a shell says it
+    if sinks.problems:  # an output not written: no verdict to act on, whatever it was
+        return EXIT_BUG
+    return EXIT_PASS if reporting.overall(verdicts) in ("PASS", "WARN") else EXIT_FAIL
 
 
 def _host(path: Path) -> str:
@@ -137,10 +137,10 @@ def _host(path: Path) -> str:
     return "stdin" if path == STDIN else path.stem
 
 
-def _part(parts: dict[str, dict[str, str]], outcome: reporting.Outcome) -> str | None:
+def _part(parts: dict[str, str], outcome: reporting.Outcome) -> str | None:
     """The ticket part a finding's evidence came from (None for a file read whole)."""
     check = registry.checks().get(outcome.check)
-    return parts.get(outcome.host, {}).get(check.section) if check else None
+    return parts.get(check.section) if check else None
 
 
 def _busy_note(view: NodeView) -> list[str]:
@@ -156,11 +156,6 @@ def _busy_note(view: NodeView) -> list[str]:
         f"compute processes on {', '.join(busy)}: judged idle; if a job was running, "
         "--node-state in-use judges its faults only"
     ]
-
-
-def _not_evaluated(outcome: reporting.Outcome) -> bool:
-    """A check the evidence holds no data for (listed with -v only)."""
-    return outcome.status == "SKIP" and outcome.message.startswith("not evaluated:")
 
 
 def probe_config(profile: str | None, root: str) -> dict[str, Any]:

@@ -9,16 +9,17 @@ checks in this process (gpuhealth.local), well inside Slurm's and NPD's 60 s.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
 from gpuhealth import report as reporting
+from gpuhealth.checks import NodeView
 from gpuhealth.config import ConfigError
 from gpuhealth.facts import AUTO, IDLE, IN_USE
 from gpuhealth.integrations import kubelet
 from gpuhealth.local import DEFAULT_TIMEOUT_S, LocalVerdict, Selection, judge_here
+from gpuhealth.sinks import Record, RunInfo, Sink, Sinks, entry
 
 # Exit codes: as `gpuhealth triage` (0 healthy, 1 FAIL or nothing vouches for the node, 2 the
 # command was used wrongly); node-problem-detector reads 0 OK, 1 problem, anything else unknown.
@@ -122,79 +123,92 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _text(result: LocalVerdict) -> None:
-    for outcome in result.outcomes:
-        if outcome.status in ("FAIL", "ERROR", "WARN"):
-            print(
-                f"{outcome.status:<5} {outcome.check:<16} {outcome.label}: {outcome.message}"
-                f" [{outcome.action}]"
-            )
-    counts = result.verdict.counts
-    state = f", {result.node_state}: {result.node_state_source}" if result.node_state else ""
-    print(
-        f"{result.host}: {result.verdict.verdict} ({counts['PASS']} passed, "
-        f"{counts['FAIL'] + counts['ERROR']} failed, {counts['WARN']} warnings, "
-        f"{result.duration_s:.1f} s{state})"
-    )
-
-
-def npd_message(result: LocalVerdict) -> str:
-    """NPD's one line: the verdict, then the first failure by check and GPU (not the GPU's
-    UUID and serial, which would use up the line before saying what is wrong)."""
-    failures = result.failures
-    if not failures:
-        return result.headline()
-    first = failures[0]
-    where = f"gpu{first.gpu} " if first.gpu is not None else ""
-    more = f" (+{len(failures) - 1})" if len(failures) > 1 else ""
-    return f"{result.verdict.verdict}{more}: {where}{first.check}: {first.message}"
-
-
-def _npd_line(text: str) -> str:
+def npd_line(text: str) -> str:
+    """`text` as NPD keeps it: one line of at most NPD_MESSAGE_MAX characters."""
     return reporting.one_line(text, NPD_MESSAGE_MAX)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Judge this node; print, drain/resume and write metrics as asked; the exit code."""
+    """Judge this node; its outputs (the answer, the textfile, Slurm) are the node-check
+    sinks (gpuhealth.sinks.ENTRY_POINTS); the exit code."""
     try:
         chosen = selection(args)
         target = chosen.target()
     except ConfigError as exc:
         if args.npd:
-            print(_npd_line(f"gpuhealth cannot check this node: {exc}"))
+            print(npd_line(f"gpuhealth cannot check this node: {exc}"))
             return NPD_UNKNOWN
         print(f"gpuhealth node-check: {exc}", file=sys.stderr)
         return EXIT_USAGE
     result = judge_here(chosen, target)
-    healthy = result.verdict.verdict in ("PASS", "WARN")
-    if args.npd:
-        print(_npd_line(npd_message(result)))
-    elif args.json:
-        print(json.dumps(result.document(), indent=2))
-    else:
-        _text(result)
-    status = 0
-    if args.prometheus_textfile_dir is not None:
-        from gpuhealth.integrations import prometheus
-
-        status |= prometheus.write_node_check(args.prometheus_textfile_dir, result)
-    if args.slurm:
+    if args.slurm and not args.slurm_node:
         from gpuhealth.integrations import slurm
 
         # slurmd tells a HealthCheckProgram the node's Slurm name.
-        name = (
-            args.slurm_node
-            or os.environ.get("SLURMD_NODENAME")
-            or slurm.node_name(result.host, target.host_vars)
+        args.slurm_node = os.environ.get("SLURMD_NODENAME") or slurm.node_name(
+            result.host, target.host_vars
         )
-        # --json and --npd own stdout: what Slurm was told goes to stderr there.
-        quiet = args.json or args.npd
-        say = (lambda text: print(text, file=sys.stderr)) if quiet else print
-        status |= slurm.act_on_self(name, result, args.apply, say)
+    sinks = deliver(result, args)
+    if sinks.reader_left:
+        raise BrokenPipeError("standard output was closed")  # cli.main: as a shell says it
+    verdict = result.verdict.verdict
     if args.npd:
         return (
             NPD_UNKNOWN
-            if result.verdict.verdict == "NOT_CHECKED"
-            else (NPD_OK if healthy else NPD_PROBLEM)
+            if verdict == "NOT_CHECKED"
+            else (NPD_OK if healthy(verdict) else NPD_PROBLEM)
         )
-    return EXIT_OK if healthy and not status else EXIT_FAIL
+    # Fail closed: an output that was not written (the textfile, Slurm's drain) fails too.
+    return EXIT_OK if healthy(verdict) and not sinks.problems else EXIT_FAIL
+
+
+def healthy(verdict: str) -> bool:
+    """Whether a verdict lets the node take work (PASS, WARN)."""
+    return verdict in ("PASS", "WARN")
+
+
+def deliver(
+    result: LocalVerdict, args: argparse.Namespace, kinds: tuple[type[Sink], ...] | None = None
+) -> Sinks:
+    """One judgement through node-check's sinks (`kinds` alone where given): this host (what
+    it measured, where an open sink takes it), every finding, the verdict; `args` are the
+    sinks' options. Each output that failed is said on stderr (stdout is the answer's)."""
+    run = RunInfo(
+        hosts=[result.host],
+        level="quick",
+        verdicts=None,
+        options=args,
+        history=None,
+        command="gpuhealth node-check",
+        inventory=getattr(args, "inventory", None),
+        started_at=result.checked_at,
+        textfile_dir=getattr(args, "prometheus_textfile_dir", None),
+        entry="node-check",
+    )
+    finished_at = result.checked_at + result.duration_s
+    sinks = entry.deliver(
+        run,
+        lambda: measured(result),
+        result.outcomes,
+        [result.verdict],
+        finished_at,
+        kinds,
+        result.duration_s,
+    )
+    for problem in sinks.problems:
+        print(f"gpuhealth node-check: {problem}", file=sys.stderr)
+    return sinks
+
+
+def measured(result: LocalVerdict) -> list[Record]:
+    """What this host measured, as a suite's first test of it records it (its identity, rows
+    and readings); nothing where the probe failed."""
+    if result.facts is None or result.limits is None:
+        return []
+    from gpuhealth.history.run import measured as kept_of
+    from gpuhealth.integrations.prometheus import readings
+
+    view = NodeView(result.host, result.facts, result.limits)
+    found = Record(result.host, readings=readings(view))
+    found.keep(kept_of(view))
+    return [found]

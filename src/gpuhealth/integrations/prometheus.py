@@ -17,8 +17,8 @@ metrics.py: a Metric's `export`); this module iterates the registry and names no
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -37,7 +37,6 @@ from prometheus_client.core import (
 from gpuhealth import registry
 from gpuhealth.checks import NodeView
 from gpuhealth.facts import NODE_STATES
-from gpuhealth.history.run import measured
 from gpuhealth.local import LocalVerdict
 from gpuhealth.metrics import COUNTER, PORT, Export, pattern
 from gpuhealth.report import VERDICTS, NodeVerdict
@@ -325,34 +324,13 @@ def write(directory: Path, run: Run) -> Path:
     return path
 
 
-def node_check_run(result: LocalVerdict) -> Run:
-    """What `gpuhealth node-check` judged, as a Run of this one host."""
-    found: dict[str, dict[str, Any]] = {}
-    if result.facts is not None and result.limits is not None:
-        view = NodeView(result.host, result.facts, result.limits)
-        kept = measured(view)
-        found[result.host] = {**kept, "rows": kept["rows"] + readings(view)}
-    return Run(
-        mode="node-check",
-        level="quick",
-        finished_at=result.checked_at + result.duration_s,
-        duration_s=result.duration_s,
-        complete=True,
-        verdicts=[result.verdict],
-        outcomes=[(o.host, o.gpu, o.check, o.status) for o in result.outcomes],
-        measured=found,
-    )
-
-
 def write_node_check(directory: Path, result: LocalVerdict) -> int:
-    """`node-check --prometheus-textfile-dir DIR`: write this node's file; 0, or 1 after an
-    error on stderr (stdout stays the verdict's: node-problem-detector reads it)."""
-    try:
-        write(directory, node_check_run(result))
-    except (OSError, ValueError) as exc:
-        print(
-            f"gpuhealth node-check: cannot write {Path(directory) / FILE_NAME}: {exc}",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    """This node's textfile from a judgement made in process (gpuhealth.local.judge_here), as
+    `node-check --prometheus-textfile-dir DIR` writes it: node-check's sinks, this one alone;
+    0, or 1 after an error on stderr (stdout stays the verdict's: node-problem-detector reads
+    it)."""
+    from gpuhealth.integrations import nodecheck
+    from gpuhealth.sinks.prometheus import PrometheusSink
+
+    options = argparse.Namespace(prometheus_textfile_dir=Path(directory))
+    return 1 if nodecheck.deliver(result, options, (PrometheusSink,)).problems else 0

@@ -11,6 +11,8 @@ A sink is a `Sink`: `open` (does this run want it?), `host` (what a host measure
 name, and dropped; the others go on (`Sinks`). `NAMES` lists the sinks, one module each in
 this package, in the order they close: history first, as it adds what the run store knows to
 the verdicts (a node that passed last run and fails now) and says whether the run was kept.
+`ENTRY_POINTS` lists what the commands that judge without pytest open (triage, node-check:
+they feed their findings as records too, gpuhealth.sinks.entry).
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ NAMES = (
     "allure",
     "prometheus",
 )
+# The commands that judge without pytest open their own outputs, and those of NAMES they
+# offer too, in the order they close; the suite opens NAMES only.
+ENTRY_POINTS = {
+    "triage": ("triage",),
+    "node-check": ("node_check", "prometheus", "slurm"),
+}
 
 
 @dataclass(slots=True)
@@ -71,6 +79,10 @@ class Record:
     identity: dict[str, Any] | None = None  # the host's identity, for history and exporters
     rows: list[dict[str, Any]] | None = None  # what the host measured (history.run.measured)
     readings: list[dict[str, Any]] | None = None  # busy or idle readings, for exporters
+    # Saved evidence (triage): on a host's record what its facts were read from, on a
+    # finding's the part of a ticket its evidence came from; and what to know of it.
+    evidence: str | None = None
+    remarks: list[str] | None = None
 
     def wire(self) -> tuple[Any, ...]:
         """The record as xdist carries it: plain values in field order, without the unset
@@ -193,9 +205,9 @@ class RunInfo:
 
     hosts: list[str]
     level: str
-    verdicts: Path
-    options: Any  # pytest's option namespace: a sink reads its own options there
-    history: History  # the run store's side of the run (spec None: no history kept)
+    verdicts: Path | None  # None: an entry point that writes no verdicts.json
+    options: Any  # pytest's option namespace (a command's arguments): a sink reads its own
+    history: History | None  # the run store's side of the run (None, spec None: not kept)
     command: str = ""
     inventory: str | None = None
     source: str = "live"  # live | facts
@@ -203,6 +215,7 @@ class RunInfo:
     allure: AllureResults | None = None
     junit: JUnitResults | None = None
     textfile_dir: Path | None = None
+    entry: str = "suite"  # which entry point runs (ENTRY_POINTS): suite, triage, node-check
 
     def option(self, name: str) -> Any:
         """An option's value (`--verdicts-csv` or its dest `verdicts_csv`; None if absent)."""
@@ -220,6 +233,13 @@ class RunEnd:
     exit_status: int
     history_run: str | None = None  # the run store's id of this run, once it was kept
     finished_at: float = field(default_factory=time.time)
+    duration_s: float | None = None  # as the entry point timed it (node-check: its probe)
+
+    def duration(self, started_at: float) -> float:
+        """How long the run took: as its entry point timed it, else since `started_at`."""
+        if self.duration_s is not None:
+            return self.duration_s
+        return max(0.0, self.finished_at - started_at)
 
 
 class Sink:
@@ -254,20 +274,24 @@ class SinkError(Exception):
 
 
 @cache
-def registered() -> tuple[type[Sink], ...]:
-    """The SINK class of every module NAMES lists, in order."""
-    return tuple(importlib.import_module(f"{__name__}.{name}").SINK for name in NAMES)
+def registered(entry: str = "suite") -> tuple[type[Sink], ...]:
+    """The SINK class of every module an entry point opens (the suite's: NAMES), in order."""
+    names = NAMES if entry == "suite" else ENTRY_POINTS[entry]
+    return tuple(importlib.import_module(f"{__name__}.{name}").SINK for name in names)
 
 
 class Sinks:
     """The run's open sinks, each fed on its own: one that raises is named in `problems` and
-    fed no more; `failed_run` is set when that sink's failure must fail the run."""
+    fed no more; `failed_run` is set when that sink's failure must fail the run.
+    `reader_left`: a sink found standard output closed (`gpuhealth triage ... | head`),
+    which is the reader's doing, not a problem of that output."""
 
     def __init__(self, run: RunInfo, kinds: tuple[type[Sink], ...] | None = None) -> None:
         self.problems: list[str] = []
         self.failed_run = False
+        self.reader_left = False
         self.open: list[Sink] = []
-        for kind in registered() if kinds is None else kinds:
+        for kind in registered(run.entry) if kinds is None else kinds:
             sink = kind()
             try:
                 if sink.open(run):
@@ -280,6 +304,11 @@ class Sinks:
         """Which open sinks take hosts and outcomes (the others are not called per test)."""
         self._hosts = [s for s in self.open if type(s).host is not Sink.host]
         self._outcomes = [s for s in self.open if type(s).outcome is not Sink.outcome]
+
+    @property
+    def hosts_wanted(self) -> bool:
+        """Whether an open sink takes what hosts measured (else it need not be gathered)."""
+        return bool(self._hosts)
 
     def host(self, host: str, record: Record) -> None:
         """Every sink: what `host` measured."""
@@ -308,7 +337,9 @@ class Sinks:
         self._listening()
 
     def _failed(self, sink: Sink, exc: Exception) -> None:
-        if isinstance(exc, SinkError):
+        if isinstance(exc, BrokenPipeError):
+            self.reader_left = True
+        elif isinstance(exc, SinkError):
             self.problems.append(str(exc))
         else:
             self.problems.append(f"{sink.name} not written: {type(exc).__name__}: {exc}")

@@ -28,7 +28,7 @@ class AllureSink(Sink):
             return False
         self.allure: AllureResults = run.allure
         self.level = run.level
-        self.history: History = run.history
+        self.history: History | None = run.history
         return True
 
     def outcome(self, test: FinishedTest) -> None:
@@ -37,7 +37,7 @@ class AllureSink(Sink):
     def close(self, end: RunEnd) -> None:
         problems = []
         trends = None
-        if end.history_run is not None:
+        if end.history_run is not None and self.history is not None:
             store = self.history.store()
             try:
                 trends = trends_png(store, time.time() - TREND_DAYS * 86400) if store else None

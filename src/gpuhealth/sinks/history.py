@@ -23,7 +23,7 @@ class HistorySink(Sink):
 
     def open(self, run: RunInfo) -> bool:
         history = run.history
-        if history.spec is None or history.read_only:
+        if history is None or history.spec is None or history.read_only:
             return False
         self.run, self.history = run, history
         self.measured: dict[str, dict[str, Any]] = {}  # host -> {"rows", "identity"}

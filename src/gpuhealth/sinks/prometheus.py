@@ -19,7 +19,7 @@ class PrometheusSink(Sink):
         if run.textfile_dir is None:
             return False
         self.directory: Path = run.textfile_dir
-        self.level, self.started_at = run.level, run.started_at
+        self.level, self.started_at, self.mode = run.level, run.started_at, run.entry
         self.checked: list[tuple[str, int | None, str, str]] = []
         self.measured: dict[str, dict[str, Any]] = {}  # host -> {"rows", "identity"}
         return True
@@ -37,10 +37,10 @@ class PrometheusSink(Sink):
         from gpuhealth.integrations import prometheus  # prometheus_client only when asked
 
         run = prometheus.Run(
-            mode="suite",
+            mode=self.mode,  # suite, node-check
             level=self.level,
             finished_at=end.finished_at,
-            duration_s=max(0.0, end.finished_at - self.started_at),
+            duration_s=end.duration(self.started_at),
             complete=end.complete,
             verdicts=end.verdicts,
             outcomes=self.checked,
@@ -50,6 +50,8 @@ class PrometheusSink(Sink):
             prometheus.write(self.directory, run)
         except (OSError, ValueError) as exc:
             path = self.directory / prometheus.FILE_NAME
+            if self.mode == "node-check":  # after `gpuhealth node-check: `, in a node's log
+                raise SinkError(f"cannot write {path}: {exc}") from None
             raise SinkError(f"Prometheus textfile not written to {path}: {exc}") from None
 
 

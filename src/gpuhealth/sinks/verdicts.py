@@ -14,16 +14,19 @@ class VerdictsSink(Sink):
     name = "verdicts"
 
     def open(self, run: RunInfo) -> bool:
-        self.run = run
+        if run.verdicts is None:
+            return False
+        self.run, self.path = run, run.verdicts
         return True
 
     def close(self, end: RunEnd) -> None:
-        path: Path = self.run.verdicts
+        path: Path = self.path
+        store = self.run.history.name if self.run.history else "off"
         extra = {
             "hosts": self.run.hosts,
             "source": "pytest",
             "complete": end.complete,
-            "history": {"store": self.run.history.name, "run": end.history_run},
+            "history": {"store": store, "run": end.history_run},
         }
         if self.run.option("shard"):  # one CI job's share: `gpuhealth merge` checks all came
             extra["shard"] = self.run.option("shard")
