@@ -88,11 +88,6 @@ class LocalVerdict:
         """Why it was judged in that state, in words."""
         return self.verdict.node_state_source
 
-    @property
-    def failures(self) -> list[reporting.Outcome]:
-        """The outcomes that make the node unhealthy (FAIL, and checks that could not run)."""
-        return self.verdict_document().failures
-
     def verdict_document(self) -> reporting.VerdictDocument:
         """The judgement as every entry point's verdict document."""
         return reporting.VerdictDocument(
