@@ -37,10 +37,12 @@ class Kept(Sink):
     entry = ""
     hosts: list[str] = []
     statuses: list[tuple[str, int | None, str, str]] = []
+    phases: dict[str, tuple[str, bool]] = {}  # test id -> how it ended (when, skipped)
     verdicts: list[str] = []
 
     def open(self, run: RunInfo) -> bool:
         Kept.entry, Kept.hosts, Kept.statuses, Kept.verdicts = run.entry, [], [], []
+        Kept.phases = {}
         return True
 
     def host(self, host: str, record: Record) -> None:
@@ -48,6 +50,7 @@ class Kept(Sink):
 
     def outcome(self, test: FinishedTest) -> None:
         Kept.statuses += test.statuses()
+        Kept.phases[test.nodeid] = (test.when, test.skipped)
 
     def close(self, end: RunEnd) -> None:
         Kept.verdicts = [f"{v.host} {v.verdict}" for v in end.verdicts]
@@ -149,6 +152,15 @@ def test_a_registered_output_gets_node_check_findings_and_verdict(register, monk
     assert Kept.hosts == ["n9"]  # what it measured: an exporter's rows
     assert ("n9", 3, "ecc_errors", "FAIL") in Kept.statuses
     assert len(Kept.statuses) == len(judged(3).outcomes)
+    # Each finding ends as the suite's test of it would, for a sink that reads phases.
+    assert Kept.phases["node-check::ecc_errors[n9-gpu3]"] == ("call", False)
+    assert Kept.phases["node-check::ecc_errors[n9-gpu0]"] == ("", False)
+    skipped = [s for s in Kept.statuses if s[3] == "SKIP"]
+    assert skipped and all(
+        Kept.phases[f"node-check::{check}[n9{'' if gpu is None else f'-gpu{gpu}'}]"]
+        == ("setup", True)
+        for _, gpu, check, _ in skipped
+    )
     assert Kept.verdicts == ["n9 FAIL"] and doc["verdict"] == "FAIL"
 
 

@@ -44,6 +44,20 @@ def nodeid(entry: str, found: Record) -> str:
     return f"{entry}::{found.check}[{where}]"
 
 
+def finished(entry: str, found: Record, start_ms: int, stop_ms: int) -> FinishedTest:
+    """A finding as the suite's test of it would have ended, for a sink that reads a test's
+    phases (JUnit, Allure): a SKIP skipped at setup, a FAIL failed in its call, an ERROR (the
+    check could not run) an error at setup, the rest passed."""
+    test = FinishedTest(nodeid(entry, found), start_ms, stop_ms, found)
+    text = f"{found.label}: {found.message}" if found.label else found.message
+    if found.status == "SKIP":
+        test.when, test.skipped, test.longrepr = "setup", True, text
+    elif found.status in ("FAIL", "ERROR"):
+        test.when = "call" if found.status == "FAIL" else "setup"
+        test.longrepr = test.crash = text
+    return test
+
+
 def deliver(
     run: RunInfo,
     hosts: Callable[[], Iterable[Record]],
@@ -66,7 +80,7 @@ def deliver(
         found = each if isinstance(each, Record) else record(each)
         if found.status not in ("PASS", "SKIP"):
             findings.append(outcome(found))
-        sinks.outcome(FinishedTest(nodeid(run.entry, found), start, stop, found))
+        sinks.outcome(finished(run.entry, found, start, stop))
     exit_status = 0 if reporting.overall(verdicts) in ("PASS", "WARN") else 1
     sinks.close(RunEnd(verdicts, findings, True, exit_status, None, finished_at, duration_s))
     return sinks
