@@ -8,6 +8,7 @@ import pytest
 
 from gpuhealth import registry
 from gpuhealth.checks import CheckSet, NodeView
+from gpuhealth.families.gpu.scope import GPU
 from gpuhealth.registry import Family
 from gpuhealth.results import Result, passed
 from selftest.facts import H100_TEXT, expected_baseline_skip, healthy_h100, sample
@@ -418,21 +419,25 @@ def test_a_section_the_probe_failed_to_read_fails_but_one_older_facts_lack_is_no
     assert "these facts have no storage section (collected by probe" in older.text
 
 
-def _families_of(*sets: CheckSet) -> tuple[Family, ...]:
-    return tuple(Family(s.family, s.family.title(), s) for s in sets)
+def _families_of(*sets: CheckSet | Family) -> tuple[Family, ...]:
+    return tuple(
+        s if isinstance(s, Family) else Family(s.family, s.family.title(), s) for s in sets
+    )
 
 
 @pytest.fixture
 def fresh_registry(monkeypatch):
     """The registry's ranks and checks worked out again from families a test gives."""
 
-    def use(*sets: CheckSet) -> None:
+    def use(*sets: CheckSet | Family) -> None:
         monkeypatch.setattr(registry, "families", lambda: _families_of(*sets))
         registry.ranks.cache_clear()
+        registry.scopes.cache_clear()
         registry.checks.cache_clear()
 
     yield use
     registry.ranks.cache_clear()
+    registry.scopes.cache_clear()
     registry.checks.cache_clear()
 
 
@@ -445,12 +450,12 @@ def test_report_groups_are_ranked_by_the_families(fresh_registry):
     """A check reports in a group its own family or another ranks; a group nobody ranks (a
     typo) and a group ranked twice differently stop the registry from loading."""
     first, second = CheckSet("first", ranks={"hardware": 0}), CheckSet("second")
-    second.node("borrowed", "hardware", in_use=True)(_a_check)
+    second.node("borrowed", "hardware", in_use=True, section="system")(_a_check)
     fresh_registry(first, second)
     assert registry.ranks() == {"hardware": 0} and list(registry.checks()) == ["borrowed"]
 
     typo = CheckSet("typo", ranks={"hardware": 0})
-    typo.node("misfiled", "hardwre", in_use=True)(_a_check)
+    typo.node("misfiled", "hardwre", in_use=True, section="system")(_a_check)
     fresh_registry(typo)
     with pytest.raises(RuntimeError, match="no family ranks its group 'hardwre'"):
         registry.checks()
@@ -458,3 +463,19 @@ def test_report_groups_are_ranked_by_the_families(fresh_registry):
     fresh_registry(first, CheckSet("other", ranks={"hardware": 3}))
     with pytest.raises(RuntimeError, match="'hardware' is ranked 0 and 3"):
         registry.ranks()
+
+
+def test_a_check_reads_a_named_section_and_a_named_scope_is_found(fresh_registry):
+    """A check says which facts section it reads (itself, or its CheckSet for all of them);
+    a per-item check registered by its scope's name gets the scope a family declares, and one
+    no family declares stops the registry from loading."""
+    with pytest.raises(ValueError, match="check unread: no facts section"):
+        CheckSet("bare").node("unread", "hardware", in_use=True)(_a_check)
+    lent = CheckSet("lent", ranks={"hardware": 0}, section="system")
+    lent.per("gpu", "per_slot", "hardware", in_use=True)(_a_check)
+    fresh_registry(lent)
+    with pytest.raises(RuntimeError, match="no family declares scope 'gpu'"):
+        registry.checks()
+    declares = Family("slots", "Slots", CheckSet("slots"), scopes=(GPU,))
+    fresh_registry(lent, declares)
+    assert registry.check("per_slot").per is GPU

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from gpuhealth import registry
-from gpuhealth.checks import UNKNOWN_GPU_SLOTS
 from gpuhealth.config import ConfigError, Platform, ProfileSet, expectations_from_vars
 from gpuhealth.families.fabric import parse_fi_info as fi_info
 from gpuhealth.families.fabric import parse_ibstat
 from gpuhealth.families.fabric import parse_rdma as rdma_sysfs
 from gpuhealth.families.fabric import probe as fabric
+from gpuhealth.families.gpu.scope import UNKNOWN_GPU_SLOTS
 from gpuhealth.parsing import ParseError
 from gpuhealth.probe.main import collect
 from selftest.facts import PROFILES, healthy_h100, limits, probe_config

@@ -29,13 +29,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuhealth import cli, evidence, registry
-from gpuhealth.checks import HISTORY_SECTION, NodeView, gpu_slots, judged
+from gpuhealth.checks import NodeView, judged
 from gpuhealth.config import Expectations, Platform, ProfileSet, resolve_limits
 from gpuhealth.documents import FactsError, facts_from_text
 from gpuhealth.families.dcgm import parse_dcgm, parse_dcgm_table
 from gpuhealth.families.fabric import parse_fi_info, parse_ibstat, parse_rdma
 from gpuhealth.families.gpu import parse_nvlink, parse_smi_table, parse_smi_text, parse_smi_xml
+from gpuhealth.families.gpu.scope import GPU
 from gpuhealth.families.gpud import parse_gpud
+from gpuhealth.families.history.schema import HISTORY_SECTION
 from gpuhealth.families.imex import parse_imex_ctl
 from gpuhealth.families.kernel import parse_kernel_log
 from gpuhealth.families.nccl import parse_nccl_tests
@@ -556,7 +558,7 @@ def judge_saved(text: str, host: str, past: dict[str, Any]) -> dict[str, Any]:
         return {"error": str(exc)}
     lim = resolve_limits(Expectations("h100-sxm", None, {}), PROFILES, Platform.of(facts))
     view = NodeView(host, {**facts, HISTORY_SECTION: past}, lim)
-    found = judged(list(registry.checks().values()), view, gpu_slots(view.expected_gpus, facts))
+    found = judged(list(registry.checks().values()), view, GPU.slots(view))
     return {"findings": found, "measured": measured(view), "readings": readings(view)}
 
 

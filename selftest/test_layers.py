@@ -111,6 +111,7 @@ JUDGING = (
     "gpuhealth.families.*.limits",
     "gpuhealth.families.*.evidence",
     "gpuhealth.families.*.family",
+    "gpuhealth.families.*.scope",  # the items a family's checks are judged over (GPU slots)
     "gpuhealth.metrics",  # what a family measures over time, and the rules' vocabulary
     "gpuhealth.families.*.metrics",  # what each family measures, read from its facts
     "gpuhealth.families.fabric.topology",  # GPU-to-NIC levels from recorded PCI positions
@@ -301,3 +302,33 @@ def test_every_family_measuring_something_declares_it_in_its_own_folder():
         for declared in measures.metrics:
             assert registry.metric(declared.name) is declared
     assert registry.metric("ib.mlx5_0.1.symbol_error").name == "ib.*.symbol_error"
+
+
+# The generic core: registering and judging checks, and what a check says. Per-item scopes
+# (the GPU slots), a slot's missing record and a family's additions to a result belong to the
+# families that own them (families/gpu/scope.py, results.Detail subclasses).
+GENERIC_CORE = ("gpuhealth.checks", "gpuhealth.results")
+# Facts keys and result fields of particular families, beyond the sections they declare.
+FAMILY_KEYS = {"pci", "nvidia_gpus", "gpu_count", "regressions", "notes"}
+# What the core's words may still say: `source` (the GPU family's section) is also where
+# triage marks a document built from a saved log (NodeView.from_evidence).
+CORE_KEYS = {"source"}
+FAMILY_NAMES = {"no_nvidia", "expected_gpus", "gpu_slots", "gpu_label", "regressions", "notes"}
+
+
+def test_the_core_names_no_family_and_no_family_facts():
+    """checks.py and results.py import no family, say no family's name or facts key, and
+    have no GPU-specific helpers (`no_nvidia`, `gpu_label`...) or history fields."""
+    keys = (set(registry.sections()) | FAMILY_KEYS | set(NAMES)) - CORE_KEYS
+    found = []
+    for name in GENERIC_CORE:
+        found += [f"{name}:{line} imports {t}" for line, t, _ in imports(name) if family_of(t)]
+        for node in ast.walk(ast.parse(MODULES[name].read_text())):
+            if isinstance(node, ast.Constant) and node.value in keys:
+                found.append(f"{name}:{node.lineno} says {node.value!r}")
+            named = getattr(node, "attr", None) or getattr(node, "id", None)
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                named = node.name
+            if named in FAMILY_NAMES:
+                found.append(f"{name}:{node.lineno} names {named}")
+    assert found == []

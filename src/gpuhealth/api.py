@@ -22,8 +22,8 @@ from datetime import datetime, timezone
 from types import TracebackType
 
 from gpuhealth import report as reporting
-from gpuhealth.checks import gpu_label
 from gpuhealth.facts import AUTO, IDLE, IN_USE
+from gpuhealth.families.gpu.scope import gpu_label
 from gpuhealth.local import DEFAULT_TIMEOUT_S, LocalVerdict, Selection, judge_here
 from gpuhealth.results import Action
 

@@ -18,9 +18,6 @@ if TYPE_CHECKING:
     from gpuhealth.config import Profile
 
 Record = dict[str, Any]
-# GPU slots parametrised when nothing says how many GPUs a host should have: enough for the
-# 8-GPU nodes this tool is for; more GPUs than slots fail the gpu_count check with a hint.
-UNKNOWN_GPU_SLOTS = 8
 
 
 @dataclass(frozen=True)
@@ -62,28 +59,40 @@ class NodeView:
         return self.node_state == IN_USE
 
     @property
-    def expected_gpus(self) -> int | None:
-        """The GPU count the inventory or profile expects, if any."""
-        return self.limits.values.get("gpu_count")
-
-    def gpu(self, index: int) -> Record | None:
-        """The GPU record with this index, if the node reported one."""
-        for gpu in self.facts.get("gpus") or []:
-            if isinstance(gpu, dict) and gpu.get("index") == index:
-                return gpu
-        return None
-
-    @property
     def from_evidence(self) -> bool:
         """Built from a saved log: what it lacks was not captured, not found missing."""
         return self.facts.get("source") == "evidence-file"
 
-    @property
-    def no_nvidia(self) -> bool:
-        """Nothing NVIDIA here at all: no driver, no GPU on the PCI bus."""
-        driver = self.facts.get("driver") or {}
-        pci = (self.facts.get("pci") or {}).get("nvidia_gpus")
-        return not driver.get("loaded") and not self.facts.get("gpus") and not pci
+
+class Scope:
+    """How a family splits a node into items that per-item checks judge one by one, such as
+    the GPU family's GPU slots (gpuhealth.families.gpu.scope). `name` is the checks' scope and
+    their test parameter. The family knows how many slots a node has, the record in a slot,
+    how a finding names it, and the verdict for a slot with no record (never a pass)."""
+
+    name = ""
+    section = ""  # the facts section its records are in: its checks read it unless they say
+
+    def slots(self, node: NodeView) -> int:
+        """How many slots the node is judged on."""
+        raise NotImplementedError
+
+    def record(self, node: NodeView, index: int) -> Record | None:
+        """The item in slot `index`, if the node reported one."""
+        raise NotImplementedError
+
+    def listed(self, node: NodeView) -> bool:
+        """Whether the facts list the node's items at all: a slot with no record then gets
+        `missing`'s verdict even from a check whose own section is absent (no run history)."""
+        raise NotImplementedError
+
+    def label(self, host: str, index: int, record: Record | None) -> str:
+        """How findings name the item in slot `index` (`record` None: not known)."""
+        raise NotImplementedError
+
+    def missing(self, node: NodeView, index: int) -> Result:
+        """The verdict for slot `index` having no record."""
+        raise NotImplementedError
 
 
 class StopCheck(Exception):
@@ -99,7 +108,8 @@ CheckFn = Callable[..., Result]
 
 @dataclass(frozen=True)
 class Check:
-    """A registered check; `fn(node)` or `fn(node, gpu)` returns a Result or raises StopCheck.
+    """A registered check; `fn(node)`, or `fn(node, record)` for a check judged per item of a
+    Scope (`per`, e.g. per GPU), returns a Result or raises StopCheck.
 
     `section` is the top-level key of the facts document the check reads: when it is missing,
     saved evidence did not capture it (not evaluated) or the live probe failed to (a failure).
@@ -108,6 +118,7 @@ class Check:
     (CheckSet.ranks), which orders the check's findings in a verdict.
     `in_use` says whether it is judged on a node a job is using: fault rules are, rules that
     need an idle node (stray processes, idle temperature, load tests) are skipped there.
+    `added` says why its section is missing when the controller adds it (not the probe).
     """
 
     name: str
@@ -120,38 +131,60 @@ class Check:
     section: str
     level: str
     in_use: bool
+    per: Scope | None = None
+    added: str | None = None
 
 
 @dataclass
 class CheckSet:
-    """The checks of one family in report order, registered with `node` and `gpu`, and the
+    """The checks of one family in report order, registered with `node` and `per`, and the
     report groups the family ranks: group -> how early its findings come in a node's reasons
     (0 first: hardware and driver, then fabric and storage, then configuration and software).
     A check may report in a group another family ranks (the registry holds every group to one
-    rank and every check's group to a rank)."""
+    rank and every check's group to a rank). `section` is the facts section its checks read
+    unless they name one; `added` maps a section the controller adds (not the probe) to why it
+    can be missing."""
 
     family: str
     ranks: dict[str, int] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
+    section: str = ""
+    added: dict[str, str] = field(default_factory=dict)
 
     def _register(
         self,
-        scope: str,
+        per: Scope | str | None,
         name: str,
         group: str,
         in_use: bool,
         severity: str = "critical",
-        section: str = "gpus",
+        section: str = "",
         level: str = "quick",
     ) -> Callable[[CheckFn], CheckFn]:
         if level != "quick" and in_use:
             raise ValueError(f"check {name}: a load test ({level}) never runs on a node in use")
+        scope = "node" if per is None else per if isinstance(per, str) else per.name
+        item = per if isinstance(per, Scope) else None  # a scope by name: the registry's
+        section = section or self.section or (item.section if item else "")
+        if not section:
+            raise ValueError(f"check {name}: no facts section (section=, or the CheckSet's)")
 
         def wrap(fn: CheckFn) -> CheckFn:
             summary = (fn.__doc__ or name).strip().splitlines()[0]
             self.checks.append(
                 Check(
-                    name, scope, self.family, group, severity, summary, fn, section, level, in_use
+                    name,
+                    scope,
+                    self.family,
+                    group,
+                    severity,
+                    summary,
+                    fn,
+                    section,
+                    level,
+                    in_use,
+                    item,
+                    self.added.get(section),
                 )
             )
             return fn
@@ -164,13 +197,15 @@ class CheckSet:
         """Register a check judged once per node: `fn(node) -> Result`. `in_use` is required:
         every check says whether it is judged on a node a job is using (options: severity,
         section, level)."""
-        return self._register("node", name, group, in_use, **options)
+        return self._register(None, name, group, in_use, **options)
 
-    def gpu(
-        self, name: str, group: str, *, in_use: bool, **options: str
+    def per(
+        self, scope: Scope | str, name: str, group: str, *, in_use: bool, **options: str
     ) -> Callable[[CheckFn], CheckFn]:
-        """Register a check judged per expected GPU slot: `fn(node, gpu_record) -> Result`."""
-        return self._register("gpu", name, group, in_use, **options)
+        """Register a check judged per slot of `scope` (e.g. the GPU family's GPU slots):
+        `fn(node, record) -> Result`; a slot with no record gets the scope's verdict. A
+        family that may not import the scope's family names it: the registry finds it."""
+        return self._register(scope, name, group, in_use, **options)
 
 
 def need(record: Record, key: str, what: str, required: bool = False) -> Any:
@@ -264,64 +299,14 @@ def load_test_output(node: NodeView, name: str, key: str, what: str, evidence: s
     return output
 
 
-def gpu_label(host: str, index: int, gpu: Record | None) -> str:
-    """`node17 gpu3 (GPU-..., serial ..., bus ...)`: how findings name a GPU."""
-    if not gpu:
-        return f"{host} gpu{index}"
-    ids = [str(gpu.get("uuid") or "uuid unknown")]
-    if gpu.get("serial"):
-        ids.append(f"serial {gpu['serial']}")
-    if gpu.get("pci_bus_id"):
-        ids.append(f"bus {gpu['pci_bus_id']}")
-    return f"{host} gpu{index} ({', '.join(ids)})"
-
-
-def _missing_gpu(node: NodeView, index: int) -> Result:
-    gpus = node.facts.get("gpus") or []
-    found = len(gpus)
-    expected = node.expected_gpus
-    if node.no_nvidia and not expected:
-        return skipped(f"no NVIDIA GPU/driver on {node.host}")
-    reported = node.facts.get("gpu_count")
-    # A saved output that lists every GPU it saw (reported) leaves out none of a smaller count;
-    # a fragment that does not say how many there are leaves the others unknown, not missing.
-    if node.from_evidence and (reported is None or isinstance(reported, int) and index < reported):
-        return skipped(f"not evaluated: the evidence has no record of GPU {index}")
-    if expected is None:
-        return skipped(
-            f"GPU index {index} not present on {node.host} (found {found}; set gpu_count in "
-            "the inventory or --expected-gpus to assert a count)"
-        )
-    pci = (node.facts.get("pci") or {}).get("nvidia_gpus")
-    if isinstance(pci, list) and len(pci) >= expected:
-        # Every GPU is still on the PCI bus: the driver lost one (NVML renumbers the rest, so
-        # this slot is not necessarily the lost GPU's), which a reboot brings back.
-        return failed(
-            f"expected {expected} GPUs, found {found} (all {len(pci)} on the PCI bus): GPU "
-            f"index {index} missing on {node.host}",
-            Action.REBOOT_NODE,
-            "see gpu_count for the bus id the driver lost; drain and reboot the node, then "
-            "reseat or RMA that GPU if it stays lost",
-        )
-    return failed(
-        f"expected {expected} GPUs, found {found}: GPU index {index} missing on {node.host}",
-        Action.RMA,
-        "check `nvidia-smi -L`, `lspci -d 10de:` and dmesg for Xid 79 (fallen off the bus); "
-        "reseat the GPU or RMA it",
-    )
-
-
 # Why an idle rule is not judged on a busy node (the verdict says which state it was judged in).
 IN_USE_SKIP = "node in use: judged on idle nodes only"
-
-# The section the controller adds from the run store (families/history), never the probe.
-HISTORY_SECTION = "history"
 
 
 def _missing_section(node: NodeView, chk: Check) -> Result:
     name = chk.section
-    if name == HISTORY_SECTION:
-        return skipped("not evaluated: no run history given (the suite adds it: --history)")
+    if chk.added is not None:
+        return skipped(f"not evaluated: {chk.added}")
     if node.from_evidence:
         return skipped(f"not evaluated: the evidence holds no {name} data")
     if chk.level != "quick":
@@ -383,27 +368,30 @@ class Finding:
 
 
 def evaluate(chk: Check, node: NodeView, index: int | None = None) -> Finding:
-    """Run one check on a node (or one GPU slot of it)."""
-    label = node.host if index is None else gpu_label(node.host, index, None)
+    """Run one check on a node (or one slot of its scope: a GPU)."""
+    per = chk.per
+    if per is None and chk.scope != "node":
+        raise ValueError(f"{chk.name}: its {chk.scope} scope is found by gpuhealth.registry")
+    label = node.host if per is None or index is None else per.label(node.host, index, None)
     if node.in_use and not chk.in_use:
         return Finding(chk.name, node.host, index, label, skipped(IN_USE_SKIP))
     absent = node.facts.get(chk.section) is None
-    # No history is no reason to forget a GPU missing from the node's GPU list: that slot
-    # fails like every check's (a saved log with no GPU list is still "not evaluated").
-    gpus_known = node.facts.get("gpus") is not None
-    if absent and not (chk.section == HISTORY_SECTION and chk.scope == "gpu" and gpus_known):
+    # A section the controller did not add (no history) is no reason to forget a GPU missing
+    # from the node's GPU list: that slot fails like every check's (a saved log with no GPU
+    # list is still "not evaluated").
+    if absent and not (chk.added is not None and per is not None and per.listed(node)):
         result = _missing_section(node, chk)
-    elif chk.scope == "gpu":
+    elif per is not None:
         if index is None:
-            raise ValueError(f"{chk.name} is judged per GPU: give the GPU index")
-        gpu = node.gpu(index)
-        if gpu is None:
-            result = _missing_gpu(node, index)
+            raise ValueError(f"{chk.name} is judged per {per.name}: give the slot's index")
+        item = per.record(node, index)
+        if item is None:
+            result = per.missing(node, index)
         elif absent:
             result = _missing_section(node, chk)
         else:
-            label = gpu_label(node.host, index, gpu)
-            result = _run(chk.fn, node, gpu)
+            label = per.label(node.host, index, item)
+            result = _run(chk.fn, node, item)
     else:
         result = _run(chk.fn, node)
     return Finding(chk.name, node.host, index, label, result)
@@ -417,21 +405,9 @@ def _run(fn: CheckFn, *args: Any) -> Result:
 
 
 def judged(checks: list[Check], view: NodeView, slots: int) -> list[Finding]:
-    """Every check on one node: node checks once, GPU checks for each of `slots` GPUs."""
+    """Every check on one node: node checks once, per-item checks (per GPU) for each of
+    `slots` slots."""
     found = [evaluate(c, view) for c in checks if c.scope == "node"]
     for index in range(slots):
-        found += [evaluate(c, view, index) for c in checks if c.scope == "gpu"]
+        found += [evaluate(c, view, index) for c in checks if c.scope != "node"]
     return found
-
-
-def gpu_slots(expected: int | None, facts: Record | None = None) -> int:
-    """How many GPU slots a node is judged on: the expected count when there is one, else
-    what its facts report (never fewer than it shows), else the 8 of the nodes gpuhealth is
-    for (a node with more GPUs than slots fails gpu_count with a hint)."""
-    if expected is not None:
-        return expected
-    if facts is not None:
-        reported = facts.get("gpu_count")
-        gpus = facts.get("gpus") or []
-        return max(reported if isinstance(reported, int) and reported >= 0 else 0, len(gpus))
-    return UNKNOWN_GPU_SLOTS

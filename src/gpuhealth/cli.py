@@ -26,7 +26,7 @@ import yaml
 from gpuhealth import bundle as bundles
 from gpuhealth import registry, shards
 from gpuhealth import report as reporting
-from gpuhealth.checks import NodeView, gpu_slots, judged
+from gpuhealth.checks import NodeView, judged
 from gpuhealth.config import (
     ConfigError,
     Expectations,
@@ -50,7 +50,7 @@ EXIT_PIPE = 128 + 13  # as a shell reports a command killed by SIGPIPE
 def triage_outcomes(view: NodeView) -> list[reporting.Outcome]:
     """Every check on one node's facts; GPU checks for each expected (or reported) GPU."""
     checks = list(registry.checks().values())
-    slots = gpu_slots(view.expected_gpus, view.facts)
+    slots = GPU.slots(view)
     return [reporting.Outcome.of(f) for f in judged(checks, view, slots)]
 
 

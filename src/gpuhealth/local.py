@@ -20,10 +20,11 @@ from typing import Any
 
 from gpuhealth import registry
 from gpuhealth import report as reporting
-from gpuhealth.checks import HISTORY_SECTION, NodeView, gpu_slots, judged
+from gpuhealth.checks import NodeView, judged
 from gpuhealth.config import Platform, Profile, ProfileSet, resolve_limits
 from gpuhealth.documents import FactsError
 from gpuhealth.facts import AUTO
+from gpuhealth.families.gpu.scope import GPU, none_expected
 from gpuhealth.integrations import kubelet
 from gpuhealth.results import Action
 from gpuhealth.targets import Target, inventory_target
@@ -145,9 +146,7 @@ def run_local_probe(config: dict[str, Any], python: str, timeout_s: float) -> di
 
 def quick_checks() -> list[Any]:
     """The checks a node judges on its own: no load test's section, no run history."""
-    return [
-        c for c in registry.checks().values() if c.level == "quick" and c.section != HISTORY_SECTION
-    ]
+    return [c for c in registry.checks().values() if c.level == "quick" and c.added is None]
 
 
 def judge_here(selection: Selection, target: Target | None = None) -> LocalVerdict:
@@ -204,10 +203,10 @@ def judge_facts(
     view = NodeView(host, facts, limits, state[0] if state else None)
     book = reporting.VerdictBook()
     book.state(host, view.node_state, state[1] if state else view.node_state_source)
-    slots = gpu_slots(view.expected_gpus, facts)
+    slots = GPU.slots(view)
     outcomes = [reporting.Outcome.of(f) for f in judged(quick_checks(), view, slots)]
     book.node(host).gpu_slots = slots
-    if view.no_nvidia and not view.expected_gpus:
+    if none_expected(view):
         book.note(host, f"no NVIDIA GPU/driver on {host}; none expected")
     elif limits.note:  # mixed GPUs, a tie, a refused match, a named profile of other GPUs
         book.note(host, limits.note)

@@ -34,10 +34,12 @@ from gpuhealth.active import LEVELS, level_allows
 from gpuhealth.active.collect import saved_run
 from gpuhealth.active.runner import ActiveContext, Outcome, Run, run_on
 from gpuhealth.allure_results import AllureResults
-from gpuhealth.checks import HISTORY_SECTION, NodeView, evaluate
+from gpuhealth.checks import NodeView, evaluate
 from gpuhealth.config import ConfigError, Platform, ProfileSet, resolve_limits
 from gpuhealth.documents import FactsError, load_facts
 from gpuhealth.facts import NODE_STATES
+from gpuhealth.families.gpu.scope import gpu_record, none_expected
+from gpuhealth.families.history.schema import HISTORY_SECTION
 from gpuhealth.history.run import (
     DEFAULT_STORE,
     POLICIES,
@@ -775,7 +777,7 @@ def _subject(item: pytest.Item, host: HostState, index: int | None) -> Subject:
             raise ProbeError(str(failure), failure.unreachable) from None
         raise FactsError(str(failure)) from None
     view = host.view()
-    if view.no_nvidia and not view.expected_gpus:
+    if none_expected(view):
         note = f"no NVIDIA GPU/driver on {view.host}; none expected, GPU checks skipped"
         record(item).note = note
     elif view.limits.note:  # mixed GPUs, a tie, a refused match, a named profile of other GPUs
@@ -925,7 +927,7 @@ def judge(name: str, slot: Slot | Subject) -> None:
     if result.details:
         found.details = list(result.details)
     if index is not None:
-        gpu = view.gpu(index) or {}
+        gpu = gpu_record(view.facts, index) or {}
         if gpu.get("uuid"):
             found.uuid = str(gpu["uuid"])
         if gpu.get("serial"):

@@ -14,12 +14,12 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from gpuhealth import limits as limits_module
-from gpuhealth.checks import Check, CheckSet
+from gpuhealth.checks import Check, CheckSet, Scope
 from gpuhealth.families import NAMES
 from gpuhealth.limits import FamilyLimits
 from gpuhealth.metrics import Measures, Metric, pattern
@@ -78,6 +78,7 @@ class Family:
     schema: tuple[Section, ...] = ()
     needs: tuple[str, ...] = ()
     profile_keys: tuple[str, ...] = ()
+    scopes: tuple[Scope, ...] = ()
 
 
 def declare(package: str, title: str, markers: dict[str, str] | None = None) -> Family:
@@ -85,7 +86,9 @@ def declare(package: str, title: str, markers: dict[str, str] | None = None) -> 
     `schema.py` (its facts SECTIONS, the families it NEEDS, the PROFILE_KEYS its node side
     reads; the sections' names come from there), and where they exist `limits.py` (its
     FamilyLimits model), `evidence.py` (KINDS), `active.py` (RUNS) and `metrics.py`
-    (MEASURES: what it measures over time). family.py calls this with what only it can say."""
+    (MEASURES: what it measures over time) and `scope.py` (SCOPES: the items its per-item
+    checks, and other families', are judged over). family.py calls this with what only it
+    can say."""
 
     def part(name: str) -> Any:
         try:
@@ -110,6 +113,7 @@ def declare(package: str, title: str, markers: dict[str, str] | None = None) -> 
     if len(models) > 1:
         raise RuntimeError(f"{package}.limits declares {len(models)} limit models, not one")
     evidence, active, metrics = part("evidence"), part("active"), part("metrics")
+    scope = part("scope")
     schema = importlib.import_module(f"{package}.schema")
     return Family(
         name=package.rpartition(".")[2],
@@ -125,6 +129,7 @@ def declare(package: str, title: str, markers: dict[str, str] | None = None) -> 
         schema=tuple(schema.SECTIONS),
         needs=tuple(schema.NEEDS),
         profile_keys=tuple(schema.PROFILE_KEYS),
+        scopes=tuple(scope.SCOPES) if scope else (),
     )
 
 
@@ -181,16 +186,38 @@ def ranks() -> dict[str, int]:
 
 
 @cache
+def scopes() -> dict[str, Scope]:
+    """Every scope of per-item checks the families declare (the GPU slots), by name."""
+    found: dict[str, Scope] = {}
+    for family in families():
+        for declared in family.scopes:
+            if found.setdefault(declared.name, declared) is not declared:
+                raise RuntimeError(f"scope {declared.name!r} is declared twice ({family.name})")
+    return found
+
+
+def scope(name: str) -> Scope:
+    """One scope of per-item checks by name (`gpu`)."""
+    return scopes()[name]
+
+
+@cache
 def checks() -> dict[str, Check]:
-    """Every check by name, in report order; each in a report group some family ranks."""
+    """Every check by name, in report order; each in a report group some family ranks, each
+    per-item check with its scope (one registered by the scope's name gets it here)."""
     found: dict[str, Check] = {}
     groups = ranks()
+    known = scopes()
     for family in families():
         for chk in family.checks.checks:
             if chk.name in found:
                 raise RuntimeError(f"check {chk.name!r} is declared twice")
             if chk.group not in groups:
                 raise RuntimeError(f"check {chk.name}: no family ranks its group {chk.group!r}")
+            if chk.scope != "node" and chk.per is None:
+                if chk.scope not in known:
+                    raise RuntimeError(f"check {chk.name}: no family declares scope {chk.scope!r}")
+                chk = replace(chk, per=known[chk.scope])
             found[chk.name] = chk
     return found
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuhealth.checks import gpu_slots
 from gpuhealth.config import ConfigError, Expectations, ProfileSet, expectations_from_vars
+from gpuhealth.families.gpu.scope import gpu_slots
 
 
 @dataclass

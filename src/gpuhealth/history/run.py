@@ -31,11 +31,12 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpuhealth import registry
-from gpuhealth.checks import HISTORY_SECTION, NodeView
+from gpuhealth.checks import NodeView
 from gpuhealth.config import Profile
 from gpuhealth.families.history import metrics
-from gpuhealth.families.history.checks import CHECKS
+from gpuhealth.families.history.checks import CHECKS, GPUS
 from gpuhealth.families.history.limits import HistoryLimits
+from gpuhealth.families.history.schema import HISTORY_SECTION
 from gpuhealth.history.store import RunRecord, Store, StoreError, describe, engine_url
 
 DEFAULT_STORE = "reports/history.sqlite"
@@ -236,9 +237,9 @@ def measured_load(view: NodeView, section: str) -> dict[str, Any]:
     measures = registry.family(registry.sections()[section]).metrics
     if not isinstance(data, dict) or measures is None or measures.load is None:
         return {"rows": []}
-    rows = []
+    rows, gpus = [], registry.scope(GPUS)
     for index, values in measures.load(view, data).items():
-        key = None if index is None else metrics.gpu_key(view.gpu(index) or {})
+        key = None if index is None else metrics.gpu_key(gpus.record(view, index) or {})
         rows += [_row(index, key, name, value) for name, value in values.items()]
     return {"rows": rows}
 

@@ -19,11 +19,11 @@ from gpuhealth.checks import (
     CheckSet,
     NodeView,
     detail,
-    gpu_slots,
     load_test_output,
     section,
 )
 from gpuhealth.facts import reason
+from gpuhealth.families.gpu.scope import GPU
 from gpuhealth.results import Action, Result, Status, failed, passed, skipped, warned
 
 CHECKS = CheckSet("dcgm", ranks={"dcgm": 1})
@@ -102,7 +102,7 @@ def dcgm_diag(node: NodeView) -> Result:
     buckets = _buckets()
     per_gpu = 0
     # GPUs judged per GPU (dcgm_diag_gpu); results about any other GPU are judged here.
-    slots = 0 if here else gpu_slots(node.expected_gpus, node.facts)
+    slots = 0 if here else GPU.slots(node)
     for test in diag["tests"]:
         for result in test["results"]:
             named = test
@@ -125,7 +125,7 @@ def dcgm_diag(node: NodeView) -> Result:
     )
 
 
-@CHECKS.gpu("dcgm_diag_gpu", "dcgm", section="dcgm", level="standard", in_use=False)
+@CHECKS.per(GPU, "dcgm_diag_gpu", "dcgm", section="dcgm", level="standard", in_use=False)
 def dcgm_diag_gpu(node: NodeView, gpu: dict[str, Any]) -> Result:
     """Every DCGM diagnostic test that ran on this GPU passed (Warn warns, Skip skips)."""
     run_section = section(node, "dcgm")

@@ -14,6 +14,7 @@ from gpuhealth.facts import reason
 from gpuhealth.families.fabric.limits import FabricLimits
 from gpuhealth.families.fabric.sysfs import pci_name
 from gpuhealth.families.fabric.topology import Distance, Rails, Table, rails, rank, table
+from gpuhealth.families.gpu.scope import GPU
 from gpuhealth.limits import SharedLimits
 from gpuhealth.results import Action, Result, Status, failed, passed, skipped
 
@@ -530,7 +531,7 @@ _MISWIRED = (
 )
 
 
-@CHECKS.gpu("gpu_nic_affinity", "fabric", in_use=True)
+@CHECKS.per(GPU, "gpu_nic_affinity", "fabric", in_use=True)
 def gpu_nic_affinity(node: NodeView, gpu: dict[str, Any]) -> Result:
     """The GPU's nearest RDMA NIC within gpu_nic_max_distance, and no GPU sharing a NIC
     while another NIC serves none (rail alignment)."""

@@ -18,10 +18,12 @@ from gpuhealth.checks import (
 from gpuhealth.facts import reason
 from gpuhealth.families.gpu.limits import GpuLimits
 from gpuhealth.families.gpu.schema import recovery_action_name
+from gpuhealth.families.gpu.scope import GPU, expected_gpus, none_expected
 from gpuhealth.results import Action, Result, failed, passed, skipped, warned
 
 CHECKS = CheckSet(
     "gpu",
+    section="gpus",
     # The driver gate and the GPU inventory first: a wrong driver or a lost GPU explains most
     # of what else fails on the node; then the GPUs' hardware health; stray processes last.
     ranks={
@@ -44,7 +46,7 @@ def require_nvidia(node: NodeView, evidence_too: bool = True) -> None:
     With `evidence_too` false, a saved log is still judged on what it holds (a kernel log
     pasted without any nvidia-smi output has no GPU records, yet its XIDs count).
     """
-    if node.no_nvidia and not node.expected_gpus and (evidence_too or not node.from_evidence):
+    if none_expected(node) and (evidence_too or not node.from_evidence):
         raise StopCheck(skipped(f"no NVIDIA GPU/driver on {node.host}"))
 
 
@@ -106,7 +108,7 @@ def driver_version(node: NodeView) -> Result:
 @CHECKS.node("gpu_count", "inventory", in_use=True)
 def gpu_count(node: NodeView) -> Result:
     """The node has exactly the number of GPUs the inventory/profile expects."""
-    expected = node.expected_gpus
+    expected = expected_gpus(node)
     found = len(node.facts.get("gpus") or [])
     require_nvidia(node)
     reported = node.facts.get("gpu_count")
@@ -189,7 +191,7 @@ _LOST_ADVICE = (
 
 # A per-GPU check registered among the node checks: its findings (group inventory) come first
 # in a node's reasons, before what else a lost GPU makes unreadable.
-@CHECKS.gpu("gpu_lost", "inventory", in_use=True)
+@CHECKS.per(GPU, "gpu_lost", "inventory", in_use=True)
 def gpu_lost(node: NodeView, gpu: dict[str, Any]) -> Result:
     """NVML reaches the GPU: it has not fallen off the bus (NVML_ERROR_GPU_IS_LOST)."""
     if "lost" not in gpu:
@@ -311,7 +313,7 @@ RECOVERY = {
 UNKNOWN_RECOVERY = (Action.DRAIN, "drain the node and ask NVIDIA support what it means")
 
 
-@CHECKS.gpu("recovery_action", "errors", in_use=True)
+@CHECKS.per(GPU, "recovery_action", "errors", in_use=True)
 def recovery_action(node: NodeView, gpu: dict[str, Any]) -> Result:
     """NVML's GPU recovery action is NONE; anything else asks for a reset, reboot or drain."""
     value = need(
@@ -324,7 +326,7 @@ def recovery_action(node: NodeView, gpu: dict[str, Any]) -> Result:
     return failed(f"GPU recovery action is {name} ({value}), expected NONE", action, advice)
 
 
-@CHECKS.gpu("ecc_errors", "memory", in_use=True)
+@CHECKS.per(GPU, "ecc_errors", "memory", in_use=True)
 def ecc_errors(node: NodeView, gpu: dict[str, Any]) -> Result:
     """Volatile/aggregate uncorrectable ECC within limits (default 0), corrected below limits."""
     lim = _limits(node)
@@ -385,7 +387,7 @@ def ecc_errors(node: NodeView, gpu: dict[str, Any]) -> Result:
     )
 
 
-@CHECKS.gpu("retired_pages", "memory", in_use=True)
+@CHECKS.per(GPU, "retired_pages", "memory", in_use=True)
 def retired_pages(node: NodeView, gpu: dict[str, Any]) -> Result:
     """No page retirement pending, and retired pages below the RMA limit (pre-Ampere GPUs)."""
     pages = need(gpu, "retired_pages", "page retirement (GPUs before Ampere)")
@@ -406,7 +408,7 @@ def retired_pages(node: NodeView, gpu: dict[str, Any]) -> Result:
     return passed(f"{total} retired pages, none pending")
 
 
-@CHECKS.gpu("row_remapping", "memory", in_use=True)
+@CHECKS.per(GPU, "row_remapping", "memory", in_use=True)
 def row_remapping(node: NodeView, gpu: dict[str, Any]) -> Result:
     """No row remapping pending and no remapping failure (Ampere and later)."""
     rows = need(gpu, "remapped_rows", "row remapping (Ampere and later)")
@@ -433,7 +435,7 @@ def row_remapping(node: NodeView, gpu: dict[str, Any]) -> Result:
 _COOLING = "check fans, airflow and inlet temperature; reseat the heatsink if only this GPU"
 
 
-@CHECKS.gpu("temperature", "thermal", in_use=False)
+@CHECKS.per(GPU, "temperature", "thermal", in_use=False)
 def temperature(node: NodeView, gpu: dict[str, Any]) -> Result:
     """Temperature below the profile's limits and clear of the GPU's own slowdown point."""
     lim = _limits(node)
@@ -463,7 +465,7 @@ _HARD_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"
 _SOFT_REASONS = ("sw_power_cap", "sw_thermal_slowdown")
 
 
-@CHECKS.gpu("throttle", "thermal", in_use=True)
+@CHECKS.per(GPU, "throttle", "thermal", in_use=True)
 def throttle(node: NodeView, gpu: dict[str, Any]) -> Result:
     """No hardware slowdown, thermal slowdown or power brake active (SW power cap warns)."""
     reasons = need(gpu, "clock_event_reasons", "clock event (throttle) reasons")
@@ -495,7 +497,7 @@ def throttle(node: NodeView, gpu: dict[str, Any]) -> Result:
     return passed(f"no slowdown active ({', '.join(active) or 'none'})")
 
 
-@CHECKS.gpu("power", "power", severity="normal", in_use=False)
+@CHECKS.per(GPU, "power", "power", severity="normal", in_use=False)
 def power(node: NodeView, gpu: dict[str, Any]) -> Result:
     """Power draw within the enforced limit, and the limit not capped below the SKU's."""
     lim = _limits(node)
@@ -540,7 +542,7 @@ def _load(gpu: dict[str, Any]) -> str | None:
     return None
 
 
-@CHECKS.gpu("pcie_link", "pcie", in_use=True)
+@CHECKS.per(GPU, "pcie_link", "pcie", in_use=True)
 def pcie_link(node: NodeView, gpu: dict[str, Any]) -> Result:
     """PCIe link at the expected generation and width (down-training is reported)."""
     lim = _limits(node)
@@ -588,7 +590,7 @@ def pcie_link(node: NodeView, gpu: dict[str, Any]) -> Result:
     return passed(f"PCIe gen{gen} x{width}")
 
 
-@CHECKS.gpu("nvlink", "nvlink", in_use=True)
+@CHECKS.per(GPU, "nvlink", "nvlink", in_use=True)
 def nvlink(node: NodeView, gpu: dict[str, Any]) -> Result:
     """The expected NVLink links are all up."""
     expected = _limits(node).nvlink_links_expected
@@ -609,7 +611,7 @@ def nvlink(node: NodeView, gpu: dict[str, Any]) -> Result:
     return passed(f"{len(up)} NVLink links up")
 
 
-@CHECKS.gpu("idle_processes", "processes", severity="normal", in_use=False)
+@CHECKS.per(GPU, "idle_processes", "processes", severity="normal", in_use=False)
 def idle_processes(node: NodeView, gpu: dict[str, Any]) -> Result:
     """No stray compute processes and little GPU memory in use on an idle node.
 

@@ -28,9 +28,10 @@ from itertools import takewhile
 from typing import TYPE_CHECKING, Any
 
 from gpuhealth import registry
-from gpuhealth.checks import HISTORY_SECTION, CheckSet, NodeView, StopCheck, gpu_label, section
+from gpuhealth.checks import CheckSet, NodeView, Scope, StopCheck, section
 from gpuhealth.families.history.limits import HistoryLimits
 from gpuhealth.families.history.metrics import cursors, gpu_key, gpu_values, identity, node_values
+from gpuhealth.families.history.schema import HISTORY_SECTION
 from gpuhealth.metrics import COUNTER_RULES, DRIFT_RULES, Events, Metric, Values
 from gpuhealth.results import Action, Detail, Result, Status, passed, skipped
 
@@ -39,15 +40,23 @@ if TYPE_CHECKING:
 
 CHECKS = CheckSet(
     "history",
+    added={HISTORY_SECTION: "no run history given (the suite adds it: --history)"},
     # Changes against the node's own history: after what is wrong now, what got worse.
     ranks={"regression": 2},
 )
 Sample = dict[str, Any]
 # One earlier value of a metric: (run time, the run's values, the run counts for baselines).
 Past = list[tuple[float, Values, bool]]
+# The scope of the GPU regression checks: the GPU slots, which the registry finds (declared
+# by the family that knows GPUs, not named here).
+GPUS = "gpu"
 # The share of a trend window's pairs of runs that must move the slope's way (Kendall's tau
 # 0.5: three pairs in four): noise as large as the slope gives a slope, not a direction.
 TREND_AGREEMENT = 0.5
+
+
+def _slots() -> Scope:
+    return registry.scope(GPUS)
 
 
 def when(epoch: float) -> str:
@@ -553,13 +562,13 @@ def _judge_node_values(
     judge_values(drifts, past, lim, _now(record), out, names)
 
 
-@CHECKS.gpu("gpu_regression", "regression", severity="normal", section="history", in_use=True)
+@CHECKS.per(GPUS, "gpu_regression", "regression", severity="normal", section="history", in_use=True)
 def gpu_regression(node: NodeView, gpu: dict[str, Any]) -> Result:
     """No error counter of this GPU grew since the last run; idle temperature and power near
     its own baseline."""
     record, runs = _history(node)
     index = gpu["index"]
-    out = _judgement(record, gpu_label(node.host, index, gpu), index, "gpu_regression")
+    out = _judgement(record, _slots().label(node.host, index, gpu), index, "gpu_regression")
     key = gpu_key(gpu)
     out.notes = _rejudging(record) + _gpu_notes(record, runs, gpu, key)
     _judge_gpu_values(node, gpu, record, runs, gpu_values(gpu, node.in_use), out)
@@ -710,10 +719,10 @@ def _judge_load(
     """One load test's values: the node's against its past, each GPU's against the GPU's."""
     _judge_node_values(node, record, runs, found.get(None) or {}, out)
     for index, values in sorted((i, v) for i, v in found.items() if i is not None):
-        gpu = node.gpu(index)
+        gpu = _slots().record(node, index)
         if gpu is None:
             continue
-        mine = _judgement(record, gpu_label(node.host, index, gpu), index, "load_regression")
+        mine = _judgement(record, _slots().label(node.host, index, gpu), index, "load_regression")
         _judge_gpu_values(node, gpu, record, runs, values, mine)
         out.regressions += mine.regressions
         out.notes += mine.notes

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from gpuhealth.checks import CheckSet, NodeView, StopCheck, detail, need, section
 from gpuhealth.families.gpu.checks import RECOVERY, UNKNOWN_RECOVERY, require_nvidia
 from gpuhealth.families.gpu.schema import recovery_action_name
+from gpuhealth.families.gpu.scope import GPU
 from gpuhealth.families.kernel.limits import KernelLimits
 from gpuhealth.families.kernel.parse_kernel_faults import FAULTS
 from gpuhealth.families.kernel.parse_kernel_log import epoch, group_key, stamp
@@ -269,7 +270,7 @@ def _fault_gpu(known: dict[str, int]) -> Any:
     return where
 
 
-@CHECKS.gpu("xid_errors", "errors", section="kernel_log", in_use=True)
+@CHECKS.per(GPU, "xid_errors", "errors", section="kernel_log", in_use=True)
 def xid_errors(node: NodeView, gpu: dict[str, Any]) -> Result:
     """No hardware XIDs or kernel-reported faults (off the bus, GSP timeouts...) for this GPU
     in the kernel log within the window (app XIDs warn)."""

@@ -20,8 +20,8 @@ from gpuhealth.active.runner import (
     read_output,
     shell_args,
 )
-from gpuhealth.checks import gpu_slots
 from gpuhealth.facts import skipped
+from gpuhealth.families.gpu.scope import GPU
 from gpuhealth.families.nccl import parse_nccl_tests
 from gpuhealth.families.nccl.limits import NcclLimits
 from gpuhealth.parsing import ParseError
@@ -108,7 +108,7 @@ def section_of(outcome: Outcome, hosts: list[str], timeout_key: str) -> dict[str
 def launch(ctx: ActiveContext) -> Run:
     """all_reduce_perf on all GPUs of the node (`-g N`)."""
     view = ctx.view
-    gpus = gpu_slots(view.expected_gpus, view.facts)
+    gpus = GPU.slots(view)
     if not gpus:
         return skipped(f"no NVIDIA GPU on {view.host} and none expected"), []
     limits = view.limits.get(NcclLimits)

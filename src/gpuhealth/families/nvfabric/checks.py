@@ -26,11 +26,12 @@ from gpuhealth.families.gpu.checks import require_nvidia
 from gpuhealth.families.gpu.limits import GpuLimits
 from gpuhealth.families.gpu.parse_fabric import HEALTH_KEYS, ZERO_UUID, faults
 from gpuhealth.families.gpu.schema import NVLINK_COUNTER_SOURCES
+from gpuhealth.families.gpu.scope import GPU
 from gpuhealth.families.nvfabric.limits import NvFabricLimits
 from gpuhealth.limits import SharedLimits
 from gpuhealth.results import Action, Result, Shared, failed, passed, skipped, warned
 
-CHECKS = CheckSet("nvfabric")
+CHECKS = CheckSet("nvfabric", section="gpus")
 
 # Architectures whose drivers report no fabric health (every Health field N/A on an H100): an
 # unknown summary is normal there. On Blackwell and later it is not.
@@ -112,7 +113,7 @@ def _fabric(node: NodeView, gpu: dict[str, Any]) -> dict[str, Any]:
     return fabric
 
 
-@CHECKS.gpu("nvlink_fabric_state", "nvlink", in_use=True)
+@CHECKS.per(GPU, "nvlink_fabric_state", "nvlink", in_use=True)
 def nvlink_fabric_state(node: NodeView, gpu: dict[str, Any]) -> Result:
     """The GPU registered with its NVLink fabric: state Completed and status Success."""
     fabric = _fabric(node, gpu)
@@ -159,7 +160,7 @@ def _unread(record: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
     ]
 
 
-@CHECKS.gpu("nvlink_fabric_health", "nvlink", in_use=True)
+@CHECKS.per(GPU, "nvlink_fabric_health", "nvlink", in_use=True)
 def nvlink_fabric_health(node: NodeView, gpu: dict[str, Any]) -> Result:
     """Fabric health Healthy, and none of its conditions: degraded bandwidth, route recovery,
     unhealthy route, access-timeout recovery, incorrect configuration."""
@@ -395,7 +396,7 @@ def _shown(items: list[tuple[int, str, int]], sign: str = "+") -> str:
     return "; ".join(f"link {link} {_COUNTER_WORDS[name]} {sign}{n}" for link, name, n in items)
 
 
-@CHECKS.gpu("nvlink_errors", "nvlink", in_use=True)
+@CHECKS.per(GPU, "nvlink_errors", "nvlink", in_use=True)
 def nvlink_errors(node: NodeView, gpu: dict[str, Any]) -> Result:
     """No NVLink error counter of an active link grew while the probe watched it
     (nvlink_error_window_s). Legacy counters: replay or recovery growth fails; CRC or data-ECC

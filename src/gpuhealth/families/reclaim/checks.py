@@ -6,6 +6,7 @@ from typing import Any
 
 from gpuhealth.checks import CheckSet, NodeView, need, section
 from gpuhealth.families.gpu.limits import GpuLimits
+from gpuhealth.families.gpu.scope import GPU
 from gpuhealth.results import Action, Result, failed, passed, skipped
 
 CHECKS = CheckSet("reclaim")
@@ -17,8 +18,8 @@ def _seconds(value: Any) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "?"
 
 
-@CHECKS.gpu(
-    "memory_reclaim", "processes", severity="normal", section="memory_reclaim", in_use=False
+@CHECKS.per(
+    GPU, "memory_reclaim", "processes", severity="normal", section="memory_reclaim", in_use=False
 )
 def memory_reclaim(node: NodeView, gpu: dict[str, Any]) -> Result:
     """GPU memory in use drops below the idle tolerance within the reclaim wait (idle nodes)."""
