@@ -101,8 +101,9 @@ class Record:
         if isinstance(carried, Record):
             return carried
         found = cls(*carried)
-        if found.details is not None:
-            found.details = [Detail.unwire(wired) for wired in found.details]
+        wired: list[Any] | None = found.details  # as each detail's wire() gave it
+        if wired is not None:
+            found.details = [Detail.unwire(each) for each in wired]
         return found
 
     def keep(self, measured: dict[str, Any]) -> None:

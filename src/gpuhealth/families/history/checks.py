@@ -110,8 +110,8 @@ class Judgement:
         if self.regressions:
             status = Status.WARN if policy == "warn" else Status.FAIL
             text = "; ".join(r["message"].removeprefix(f"{self.label}: ") for r in self.regressions)
-            found = tuple(Regression(entry) for entry in self.regressions)
-            return Result(status, text, Action.INSPECT, "; ".join(self.advice), found + notes)
+            listed = tuple(Regression(entry) for entry in self.regressions)
+            return Result(status, text, Action.INSPECT, "; ".join(self.advice), listed + notes)
         pending = f"; not judged: {'; '.join(self.unjudged)}" if self.unjudged else ""
         said = "".join(f"; {note}" for note in self.notes)
         if not self.judged:
