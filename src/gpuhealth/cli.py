@@ -37,11 +37,12 @@ from gpuhealth.config import (
 )
 from gpuhealth.evidence import STDIN, EvidenceError, described, facts_from_files, section_sources
 from gpuhealth.facts import IDLE, IN_USE
+from gpuhealth.families.gpu.scope import GPU
 from gpuhealth.families.nccl.checks import set_domain_count, set_node_count
 from gpuhealth.history import show
 from gpuhealth.integrations import act, nodecheck, serve
-
 from gpuhealth.sinks import Record, RunInfo, entry
+
 # Exit codes of `gpuhealth triage`: a FAIL verdict is 1; bad input is 2; a bug is 3, never 1.
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_BUG = 0, 1, 2, 3
 EXIT_PIPE = 128 + 13  # as a shell reports a command killed by SIGPIPE
@@ -68,8 +69,8 @@ def _triage(args: argparse.Namespace) -> int:
     if args.files.count(STDIN) > 1:
         print("gpuhealth triage: - (standard input) can be read once", file=sys.stderr)
         return EXIT_USAGE
-    groups = [(args.node, args.files)] if args.node else [(_host(p), [p]) for p in args.files]
     started = time.time()
+    groups = [(args.node, args.files)] if args.node else [(_host(p), [p]) for p in args.files]
     for host, paths in groups:
         try:
             bundle = bundles.opened(paths, args.node)
