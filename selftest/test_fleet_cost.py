@@ -301,3 +301,19 @@ def test_a_finished_run_is_left_out_of_garbage_collection_only_from_a_command_li
         assert (gc.get_freeze_count() > before) == command_line
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize("command_line", [True, False])
+def test_a_suite_process_collects_garbage_less_often_only_from_a_command_line(
+    command_line, monkeypatch
+):
+    """pytest keeps every report: full collections at Python's default thresholds walk them
+    again and again. A program that called pytest.main() keeps its own thresholds."""
+    config = SimpleNamespace(invocation_params=SimpleNamespace(args=("--facts", "f")))
+    monkeypatch.setattr(sys, "argv", ["pytest", "--facts", "f"] if command_line else ["prog"])
+    before = gc.get_threshold()
+    try:
+        plugin._collect_garbage_less(config)
+        assert (gc.get_threshold() == plugin.GC_THRESHOLDS) == command_line
+    finally:
+        gc.set_threshold(*before)

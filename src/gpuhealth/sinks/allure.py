@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 
 from gpuhealth import registry
@@ -56,49 +57,68 @@ class AllureSink(Sink):
             raise SinkError("; ".join(problems))
 
 
+@functools.lru_cache(maxsize=4096)
+def _function(name: str) -> tuple[str, str, str, str]:
+    """The check, suite, severity and description of a test function's results, from its id
+    without parameters (`tests/test_gpu.py::test_ecc_errors`): the same for every host."""
+    check = check_of(name)
+    chk = registry.checks().get(check)
+    if chk is not None:
+        return check, chk.group, chk.severity, chk.summary
+    family = name.partition("::")[0].rpartition("/")[2]
+    return check, family.removeprefix("test_").removesuffix(".py"), "normal", ""
+
+
 def case(test: FinishedTest) -> Case:
     """The Allure result of a finished test: suites host > family > GPU, and the labels a
     fleet is filtered by (check, severity, profile, GPU serial and UUID)."""
     nodeid, record = test.nodeid, test.record
-    check = check_of(nodeid)
-    chk = registry.checks().get(check)
+    check, suite, severity, description = _function(nodeid.partition("[")[0])
     host, gpu = record.host, record.gpu
-    family = nodeid.partition("::")[0].rpartition("/")[2]
     labels = [
         ("parentSuite", host or "fleet"),
-        ("suite", chk.group if chk else family.removeprefix("test_").removesuffix(".py")),
+        ("suite", suite),
         ("check", check),
-        ("severity", chk.severity if chk else "normal"),
+        ("severity", severity),
     ]
     params = []
     if host is not None:
         labels.append(("host", host))
         params.append(("gpuhealth_host", host))
     if gpu is not None:
-        labels += [("subSuite", f"gpu{gpu}"), ("gpu", str(gpu))]
-        params.append(("gpu", str(gpu)))
-    for key in ("profile", "node_state", "uuid", "serial"):
-        value = getattr(record, key)
+        index = str(gpu)
+        labels += [("subSuite", f"gpu{gpu}"), ("gpu", index)]
+        params.append(("gpu", index))
+    for key, value in (
+        ("profile", record.profile),
+        ("node_state", record.node_state),
+        ("uuid", record.uuid),
+        ("serial", record.serial),
+    ):
         if value:
             labels.append((key, value))
-    if record.status in (Status.FAIL.value, Status.WARN.value):
-        labels.append(("action", record.action or Action.NONE.value))
-    if record.status == Status.WARN.value:
-        labels.append(("tag", "WARN"))
-    status, message, trace = _status(test)
+    status = record.status
+    if status == _FAIL or status == _WARN:
+        labels.append(("action", record.action or _NONE))
+        if status == _WARN:
+            labels.append(("tag", "WARN"))
+    outcome, message, trace = _status(test)
     return Case(
-        nodeid=nodeid,
-        name=nodeid.rpartition("::")[2],
-        status=status,
-        message=message,
-        trace=trace,
-        start_ms=test.start_ms,
-        stop_ms=test.stop_ms,
-        labels=labels,
-        parameters=params,
-        description=chk.summary if chk else "",
-        attachments=record.attachments or [],
+        nodeid,
+        nodeid.rpartition("::")[2],
+        outcome,
+        message,
+        trace,
+        test.start_ms,
+        test.stop_ms,
+        labels,
+        params,
+        description,
+        record.attachments or [],
     )
+
+
+_FAIL, _WARN, _NONE = Status.FAIL.value, Status.WARN.value, Action.NONE.value
 
 
 def _status(test: FinishedTest) -> tuple[str, str, str]:
