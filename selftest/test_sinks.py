@@ -8,6 +8,7 @@ import csv
 import re
 import shutil
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
@@ -130,6 +131,43 @@ def test_a_record_crosses_from_a_worker_whole():
     assert Record.of(wire) == record
     assert Record.of(record) is record  # in one process: no copy
     assert Record.of(Record("n1").wire()) == Record("n1")
+
+
+# Kinds a wire could name that are no detail a family declares: a module that runs a command
+# on import (the probe's `python -m` entry, which ends the process), the base class, an
+# attribute path, another package, a kind that is no string.
+NOT_DETAILS = [
+    "gpuhealth.probe.__main__:X",
+    "gpuhealth.results:Detail",
+    "gpuhealth.results:Shared.__base__",
+    "os:system",
+    ["gpuhealth.results:Shared"],
+]
+
+
+def test_a_wired_detail_is_only_a_class_a_family_declares():
+    """Detail.unwire imports the module a wire names only where families declare details
+    (gpuhealth.results, gpuhealth.families) and takes only a declared Detail subclass; any
+    other kind is refused, in a fresh interpreter, before its module is imported."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from gpuhealth.results import Detail
+        for kind in {NOT_DETAILS!r}:
+            try:
+                Detail.unwire((kind,))
+            except TypeError as exc:
+                print("refused", exc)
+        print("imported", "gpuhealth.probe.__main__" in sys.modules)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd="/"
+    )
+    lines = done.stdout.splitlines()
+    assert lines[:-1] == [f"refused not a result detail: {kind!r}" for kind in NOT_DETAILS]
+    assert lines[-1] == "imported False"
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_test_stands_for_each_check_outcome_it_carries():

@@ -84,6 +84,7 @@ class Detail:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.kind = f"{cls.__module__}:{cls.__qualname__}"
+        _KINDS[cls.kind] = cls
 
     def reach(self, host: str, nodeid: str, book: VerdictBook) -> None:
         """Add it to the verdicts of `host`, reported by test `nodeid`."""
@@ -95,20 +96,25 @@ class Detail:
 
     @staticmethod
     def unwire(wired: tuple[Any, ...] | list[Any]) -> Detail:
-        """The detail `wire` gave; its class is imported by the kind's module."""
+        """The detail `wire` gave. Its class is one a family declares: where this process
+        has not defined it yet, its module is imported, but only one of the modules families
+        declare details in (gpuhealth.results, gpuhealth.families), never a `__main__` or
+        any other module a wire might name."""
         kind, *values = wired
-        cls = _KINDS.get(kind)
+        cls = _KINDS.get(kind) if isinstance(kind, str) else None
+        if cls is None and isinstance(kind, str):
+            module = kind.partition(":")[0]
+            parts = module.split(".")
+            declaring = module == __name__ or parts[:2] == ["gpuhealth", "families"]
+            if declaring and all(p.isidentifier() and not p.startswith("_") for p in parts):
+                importlib.import_module(module)
+                cls = _KINDS.get(kind)  # defined by the import, if it is a Detail
         if cls is None:
-            module, _, name = str(kind).partition(":")
-            if module.partition(".")[0] != "gpuhealth":
-                raise TypeError(f"not a result detail: {kind!r}")
-            cls = getattr(importlib.import_module(module), name, None)
-            if not (isinstance(cls, type) and issubclass(cls, Detail)):
-                raise TypeError(f"not a result detail: {kind!r}")
-            _KINDS[kind] = cls
+            raise TypeError(f"not a result detail: {kind!r}")
         return cls(*values)
 
 
+# Every Detail subclass by its kind, as each is defined (Detail.__init_subclass__).
 _KINDS: dict[str, Callable[..., Detail]] = {}
 D = TypeVar("D", bound=Detail)
 
