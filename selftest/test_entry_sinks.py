@@ -5,6 +5,7 @@ pass; and each entry point opens its own outputs only."""
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 import time
@@ -191,6 +192,31 @@ def test_node_check_fails_closed_on_a_textfile_it_cannot_write(monkeypatch, caps
     assert out.splitlines()[-1].startswith("n9: PASS (")
     assert err.startswith(f"gpuhealth node-check: cannot write {nowhere / prometheus.FILE_NAME}: ")
     assert status == nodecheck.EXIT_FAIL
+
+
+class Unwritable:
+    """A standard output that fails on write (an I/O error, not the reader leaving)."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("ecc_errors", "npd"), [(0, nodecheck.NPD_UNKNOWN), (3, nodecheck.NPD_PROBLEM)]
+)
+def test_an_npd_answer_that_was_not_written_never_says_healthy(
+    monkeypatch, capsys, ecc_errors, npd
+):
+    """NPD reads the line and the exit code: a line that could not be written leaves a
+    healthy node unknown to it (never OK), a failing one a problem."""
+    monkeypatch.setattr(sys, "stdout", Unwritable())
+    status = node_check(monkeypatch, ecc_errors, "--npd")
+    err = capsys.readouterr().err
+    assert err.startswith("gpuhealth node-check: node-check output not written: OSError: ")
+    assert status == npd
 
 
 def test_the_reader_leaving_is_not_an_output_failing(tmp_path):

@@ -153,9 +153,10 @@ def run(args: argparse.Namespace) -> int:
         raise BrokenPipeError("standard output was closed")  # cli.main: as a shell says it
     verdict = result.verdict.verdict
     if args.npd:
+        # NPD's line not written (sinks.failed_run): a healthy verdict is unknown to NPD.
         return (
             NPD_UNKNOWN
-            if verdict == "NOT_CHECKED"
+            if verdict == "NOT_CHECKED" or sinks.failed_run and healthy(verdict)
             else (NPD_OK if healthy(verdict) else NPD_PROBLEM)
         )
     # Fail closed: an output that was not written (the textfile, Slurm's drain) fails too.

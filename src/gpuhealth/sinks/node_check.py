@@ -15,6 +15,7 @@ class NodeCheckSink(Sink):
     caller of `--json` read."""
 
     name = "node-check output"
+    fails_run = True  # the answer NPD and Slurm's log read: without it nothing vouches for the node
 
     def open(self, run: RunInfo) -> bool:
         self.started_at = run.started_at
