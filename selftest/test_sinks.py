@@ -21,7 +21,7 @@ from gpuhealth.report import NodeVerdict, Outcome, VerdictDocument
 from gpuhealth.results import Action, Shared
 from gpuhealth.sinks import FinishedTest, Record, RunEnd, RunInfo, Sink, SinkError, Sinks
 from selftest.facts import healthy_h100, write_facts
-from selftest.suite import REPO
+from selftest.suite import REPO, run_suite
 from selftest.test_docs import chapter, in_tree
 
 
@@ -283,3 +283,16 @@ def test_the_new_output_is_registered_and_written(tmp_path):
     assert run.returncode == 1, run.stdout + run.stderr
     assert "gpuhealth: verdicts CSV not written to" in run.stdout
     assert (tmp_path / "verdicts.json").is_file()
+
+
+@pytest.mark.suite
+def test_a_green_run_whose_verdicts_were_not_written_exits_red(tmp_path):
+    """verdicts.json is what `gpuhealth act` and drain scripts read: a run that could not
+    write it must not exit 0 and leave them the last run's. Its other reports are written."""
+    facts = write_facts(tmp_path / "facts", n1=healthy_h100())
+    reports = tmp_path / "r"
+    (reports / "verdicts.json").mkdir(parents=True)  # the write's rename onto it fails
+    run = run_suite(reports, "--facts", str(facts), "--profile", "h100-sxm", "-k", "ecc_errors")
+    assert run.rc == 1, run.output
+    assert f"verdicts not written to {reports / 'verdicts.json'}" in run.output
+    assert set(run.outcomes().values()) == {"passed"} and (reports / "junit.xml").is_file()

@@ -250,7 +250,7 @@ class Sink:
     with RunInfo.option."""
 
     name = ""  # what a problem is reported as
-    fails_run = False  # whether its failure turns a green run red (a nightly's history)
+    fails_run = False  # whether its failure turns a green run red (one a tool or CI reads)
     option: str | None = None  # its own pytest option, if it has one
     option_help = ""
     option_metavar = "PATH"

@@ -23,6 +23,7 @@ class AllureSink(Sink):
     page and trend plot as the report's environment and attachments."""
 
     name = "Allure results"
+    fails_run = True  # the report a green run promises
 
     def open(self, run: RunInfo) -> bool:
         if run.allure is None:

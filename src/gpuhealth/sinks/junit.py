@@ -10,6 +10,7 @@ class JUnitSink(Sink):
     """One `testcase` per finished test, as pytest's junitxml writes it."""
 
     name = "JUnit XML"
+    fails_run = True  # what CI reads: a green run must not come without it
 
     def open(self, run: RunInfo) -> bool:
         if run.junit is None:

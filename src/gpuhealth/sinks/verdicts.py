@@ -12,6 +12,9 @@ class VerdictsSink(Sink):
     """Written at the end of every run, even one cut short (`complete` says so)."""
 
     name = "verdicts"
+    # What `gpuhealth act`, drain scripts and merge read: a green exit must not leave them
+    # the last run's file.
+    fails_run = True
 
     def open(self, run: RunInfo) -> bool:
         if run.verdicts is None:
