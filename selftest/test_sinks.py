@@ -20,6 +20,7 @@ from gpuhealth.history.run import History
 from gpuhealth.report import NodeVerdict, Outcome, VerdictDocument
 from gpuhealth.results import Action, Shared
 from gpuhealth.sinks import FinishedTest, Record, RunEnd, RunInfo, Sink, SinkError, Sinks
+from gpuhealth.sinks import allure as allure_sink
 from selftest.facts import healthy_h100, write_facts
 from selftest.suite import REPO, run_suite
 from selftest.test_docs import chapter, in_tree
@@ -296,3 +297,13 @@ def test_a_green_run_whose_verdicts_were_not_written_exits_red(tmp_path):
     assert run.rc == 1, run.output
     assert f"verdicts not written to {reports / 'verdicts.json'}" in run.output
     assert set(run.outcomes().values()) == {"passed"} and (reports / "junit.xml").is_file()
+
+
+@pytest.mark.parametrize("host", ["n1", "fe80::1", "a::b"])
+def test_a_host_named_with_colons_keeps_its_test_name_and_check(host):
+    """An IPv6 address as a host name: the test's name and check are read before its
+    parameters, so `::` inside them does not cut the name (Allure's result name, JUnit's)."""
+    nodeid = f"tests/test_gpu.py::test_ecc_errors[{host}-gpu0]"
+    test = FinishedTest(nodeid, 0, 1, Record(host, 0, status="PASS", message="0 errors"))
+    assert allure_sink.case(test).name == f"test_ecc_errors[{host}-gpu0]"
+    assert test.check == "ecc_errors"

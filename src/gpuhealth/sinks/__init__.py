@@ -188,9 +188,16 @@ class FinishedTest:
         return last_line(self.longrepr)
 
 
+def name_of(nodeid: str) -> str:
+    """`tests/test_gpu.py::test_ecc_errors[n1-gpu3]` -> `test_ecc_errors[n1-gpu3]`, also for
+    a host whose name holds `::` (an IPv6 address: `[fe80::1-gpu3]`)."""
+    where, bracket, params = nodeid.partition("[")
+    return where.rpartition("::")[2] + bracket + params
+
+
 def check_of(nodeid: str) -> str:
     """`tests/test_gpu.py::test_ecc_errors[n1-gpu3]` -> `ecc_errors`."""
-    return nodeid.rpartition("::")[2].partition("[")[0].removeprefix("test_")
+    return nodeid.partition("[")[0].rpartition("::")[2].removeprefix("test_")
 
 
 def last_line(longrepr: str) -> str:

@@ -13,7 +13,7 @@ from gpuhealth.history.run import History
 from gpuhealth.history.show import trends_png
 from gpuhealth.history.store import StoreError
 from gpuhealth.results import Action, Status
-from gpuhealth.sinks import FinishedTest, RunEnd, RunInfo, Sink, SinkError, check_of
+from gpuhealth.sinks import FinishedTest, RunEnd, RunInfo, Sink, SinkError, check_of, name_of
 
 TREND_DAYS = 30  # the span of the history plot the Allure report carries
 
@@ -106,7 +106,7 @@ def case(test: FinishedTest) -> Case:
     outcome, message, trace = _status(test)
     return Case(
         nodeid,
-        nodeid.rpartition("::")[2],
+        name_of(nodeid),
         outcome,
         message,
         trace,
