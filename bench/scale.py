@@ -16,6 +16,7 @@ size's clean-up to the next.
 
     .venv/bin/python bench/scale.py                      # 16, 64 and 256 nodes
     .venv/bin/python bench/scale.py --sizes 1024 -n 2    # the target size, 2 xdist workers
+                                                         # (and each process's CPU per test)
     .venv/bin/python bench/scale.py --sizes 128 --html   # and the HTML report
 """
 
@@ -56,12 +57,14 @@ class Run:
     output: str
 
 
-def timed(argv: list[str], cwd: Path) -> Run:
+def timed(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> Run:
     """Wall time, CPU time and peak RSS of one command (the largest single process of its
     tree that was waited for, as getrusage reports it: not a sum over xdist workers). On a
     shared machine the CPU time is the steadier measure: other work stretches wall time."""
     started = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+    )
     output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -88,8 +91,15 @@ def sizes(folder: Path) -> tuple[int, int, int]:
     return sum(s.st_size for s in stats), sum(s.st_blocks * 512 for s in stats), len(stats)
 
 
-def suite(nodes: int, folder: Path, count: int) -> tuple[Run, Reports]:
-    """The suite on `nodes` saved documents (one node with an ECC fault, as a fleet has)."""
+def per_process(path: Path) -> dict[str, float]:
+    """Each process's own CPU seconds, as bench/cpu_at_exit.py wrote them."""
+    lines = path.read_text().split("\n") if path.is_file() else []
+    return {who: float(cpu) for who, cpu in (line.split() for line in lines if line)}
+
+
+def suite(nodes: int, folder: Path, count: int) -> tuple[Run, Reports, dict[str, float]]:
+    """The suite on `nodes` saved documents (one node with an ECC fault, as a fleet has),
+    and the CPU seconds of each of its processes (controller, xdist workers)."""
     docs = {f"node{i:05d}": healthy_h100() for i in range(nodes)}
     docs["node00000"]["gpus"][3]["ecc"]["volatile"]["uncorrected"] = 4
     facts = write_facts(folder / "facts", **docs)
@@ -112,9 +122,14 @@ def suite(nodes: int, folder: Path, count: int) -> tuple[Run, Reports]:
         f"--verdicts={reports / 'verdicts.json'}",
         f"--save-facts={reports / 'facts'}",
         "-q",
+        "-p",
+        "cpu_at_exit",
         *workers(count),
     ]
-    run = timed(argv, folder)
+    cpu = folder / "cpu-per-process"
+    env = {**os.environ, "GPUHEALTH_BENCH_CPU": str(cpu)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "bench"), env.get("PYTHONPATH")]))
+    run = timed(argv, folder, env)
     verdicts = json.loads((reports / "verdicts.json").read_text())["nodes"]
     bad = [host for host, node in verdicts.items() if node["verdict"] != "PASS"]
     if run.rc != 1 or bad != ["node00000"] or len(verdicts) != nodes:  # exactly one fails
@@ -123,7 +138,7 @@ def suite(nodes: int, folder: Path, count: int) -> tuple[Run, Reports]:
         )
     tests = int(ET.parse(reports / "junit.xml").getroot().find("testsuite").get("tests"))
     allure, disk, files = sizes(reports / "allure-results")
-    return run, Reports(tests, allure, disk, files, sizes(reports)[0])
+    return run, Reports(tests, allure, disk, files, sizes(reports)[0]), per_process(cpu)
 
 
 def html(folder: Path) -> str:
@@ -160,6 +175,22 @@ def floor(tests: int, folder: Path, count: int) -> Run:
     return run
 
 
+def controller_share(cpu: dict[str, float], tests: int) -> str:
+    """What the suite's processes spent per test: the controller and, with xdist, the
+    workers, and then the most that more workers can give while the controller handles every
+    test's reports alone (the workers' share spread over 14 of 16 cores, the controller and
+    the Allure writer on the others)."""
+    controller = cpu.get("controller", 0.0) / tests * 1000
+    workers = sum(v for k, v in cpu.items() if k != "controller") / tests * 1000
+    if not workers:
+        return f"CPU per test: {controller:.3f} ms in one process"
+    bound = max(controller, workers / 14)
+    return (
+        f"CPU per test: controller {controller:.3f} ms, workers {workers:.3f} ms in all; "
+        f"at 16 cores (-n 14) at least {bound:.3f} ms a test"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="16,64,256", help="fleet sizes, comma-separated")
@@ -180,7 +211,7 @@ def main() -> None:
         for index, nodes in enumerate(int(s) for s in args.sizes.split(",")):
             folder = Path(tmp) / f"{index}-{nodes}"  # a size may be given twice
             (folder / "floor").mkdir(parents=True)
-            run, reports = suite(nodes, folder, args.workers)
+            run, reports, cpu = suite(nodes, folder, args.workers)
             bare = floor(reports.tests, folder / "floor", args.workers)
             per128 = 128 / nodes / 1e6
             print(
@@ -191,6 +222,7 @@ def main() -> None:
                 f"{reports.allure_files / nodes:>10.1f} {1000 * run.seconds / nodes:>7.0f}",
                 flush=True,
             )
+            print(f"       {controller_share(cpu, reports.tests)}", flush=True)
             if args.html:
                 print(f"       {html(folder)}", flush=True)
 
