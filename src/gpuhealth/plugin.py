@@ -512,13 +512,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         output["gpuhealth_allure"] = problem
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     """The run is over: what pytest kept of it (every test and report, ~1 MB a node) is left
-    out of garbage collection from now on (gc.freeze). pytest's collections at its end and the
-    interpreter's at exit would each walk all of it, ~10% of a 256-node run, for memory the
-    process is about to give back. Only when pytest is the program (a command line): a
-    program that calls pytest.main() lives on and gets its memory back as usual."""
+    out of garbage collection from now on (gc.freeze), first thing: pytest's collections at
+    its end (its unraisable-exception plugin's, in its own pytest_unconfigure and at its
+    clean-up) and the interpreter's at exit would each walk all of it, ~10% of a 256-node run,
+    for memory the process is about to give back. Only when pytest is the program (a command
+    line): a program that calls pytest.main() lives on and gets its memory back as usual."""
     if config.stash.get(_STATE, None) is not None and _from_command_line(config):
         gc.freeze()
 
