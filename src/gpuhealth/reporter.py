@@ -21,6 +21,8 @@ import pytest
 from gpuhealth import report as reporting
 from gpuhealth.results import Status
 from gpuhealth.sinks import FinishedTest, Record, RunEnd, RunInfo, Sinks, last_line
+from gpuhealth.sinks.entry import finished
+from gpuhealth.sinks.entry import record as finding_record
 from gpuhealth.targets import slot_params
 
 if TYPE_CHECKING:
@@ -199,23 +201,9 @@ class Reporter:
         for outcome in reporting.shared_outcomes(self.book.shared):
             where = self.book.shared_files[outcome.check]
             nodeid = f"{where}::test_{outcome.check}[{outcome.host}]"
-            text = f"{outcome.label}: {outcome.message}"
-            test = FinishedTest(nodeid, int(now * 1000))
-            if outcome.status == Status.SKIP.value:
-                test.when, test.skipped, test.longrepr = "setup", True, text
-            elif outcome.status == Status.FAIL.value:
-                failed = True
-                test.when, test.longrepr, test.crash = "call", text, text
-            record = Record(
-                host=outcome.host,
-                check=outcome.check,
-                status=outcome.status,
-                message=outcome.message,
-                label=outcome.label,
-                action=outcome.action,
-                advice=outcome.advice,
-            )
-            self._pending[nodeid] = test
+            record = finding_record(outcome)
+            failed = failed or outcome.status == Status.FAIL.value
+            self._pending[nodeid] = finished(nodeid, record, int(now * 1000), 0)
             self._finish(nodeid, now, record)
         return failed
 

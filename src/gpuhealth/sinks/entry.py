@@ -44,11 +44,12 @@ def nodeid(entry: str, found: Record) -> str:
     return f"{entry}::{found.check}[{where}]"
 
 
-def finished(entry: str, found: Record, start_ms: int, stop_ms: int) -> FinishedTest:
+def finished(test_id: str, found: Record, start_ms: int, stop_ms: int) -> FinishedTest:
     """A finding as the suite's test of it would have ended, for a sink that reads a test's
     phases (JUnit, Allure): a SKIP skipped at setup, a FAIL failed in its call, an ERROR (the
-    check could not run) an error at setup, the rest passed."""
-    test = FinishedTest(nodeid(entry, found), start_ms, stop_ms, found)
+    check could not run) an error at setup, the rest passed. Also the suite's own fleet
+    checks that no test ran (an inventory group's shared value)."""
+    test = FinishedTest(test_id, start_ms, stop_ms, found)
     text = f"{found.label}: {found.message}" if found.label else found.message
     if found.status == "SKIP":
         test.when, test.skipped, test.longrepr = "setup", True, text
@@ -80,7 +81,7 @@ def deliver(
         found = each if isinstance(each, Record) else record(each)
         if found.status not in ("PASS", "SKIP"):
             findings.append(outcome(found))
-        sinks.outcome(finished(run.entry, found, start, stop))
+        sinks.outcome(finished(nodeid(run.entry, found), found, start, stop))
     exit_status = 0 if reporting.overall(verdicts) in ("PASS", "WARN") else 1
     sinks.close(RunEnd(verdicts, findings, True, exit_status, None, finished_at, duration_s))
     return sinks
