@@ -142,6 +142,7 @@ RUNNING = (  # what probes, launches, schedules and reports
     "gpuhealth.api",  # the same, for a training script (check, quick_check, Watcher)
     "gpuhealth.bundle",  # a node's raw outputs, facts and verdict in one archive, read back
     "gpuhealth.shards",  # a fleet split across CI jobs (--shard K/N), its reports merged
+    "gpuhealth.jobs",  # the shards as N processes on one machine (gpuhealth run --jobs N)
     "gpuhealth.integrations*",  # acting on verdicts: Slurm, Kubernetes, Prometheus, serve
 )
 

@@ -8,6 +8,8 @@
 - `gpuhealth act`: act on a run's verdicts (Slurm drain/resume, Kubernetes labels/taints).
 - `gpuhealth bundle`: this node's raw outputs, facts and verdict in one archive for a ticket.
 - `gpuhealth merge`: one fleet's report from its shards' reports (`pytest --shard K/N`).
+- `gpuhealth run --jobs N -- PYTEST ARGS`: the suite as N shards at once on this machine, merged
+  (`-n N`'s controller stops scaling at ~1.4x; shards scale with the cores).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 import yaml
 
 from gpuhealth import bundle as bundles
-from gpuhealth import registry, shards
+from gpuhealth import jobs, registry, shards
 from gpuhealth import report as reporting
 from gpuhealth.checks import NodeView, judged
 from gpuhealth.config import (
@@ -348,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     act.add_parser(sub)
     bundles.add_parser(sub)
     shards.add_parser(sub)
+    jobs.add_parser(sub)
     return parser
 
 
