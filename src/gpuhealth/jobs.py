@@ -179,7 +179,7 @@ def _evidence(runs: list[ShardRun], verdicts: Path) -> None:
 
 def run(count: int, args: list[str], here: Path | None = None) -> int:
     """Judge with `count` shards at once and merge; pytest's exit code for the whole run
-    (a shard's own code, not 0 or 1, wins: the merged report would lack its hosts)."""
+    (that of a shard that could not run wins, unmerged: the report would lack its hosts)."""
     here = here or Path.cwd()
     wanted = report_paths(args, here)
     base = wanted[shards.VERDICTS].parent / FOLDER
@@ -187,13 +187,20 @@ def run(count: int, args: list[str], here: Path | None = None) -> int:
     began = time.monotonic()
     runs = start(args, count, base)
     for shard_run in runs:
-        code = shard_run.process.wait()
+        try:
+            code = shard_run.process.wait()
+        except KeyboardInterrupt:  # ^C reached the shards too: each ends as pytest does
+            code = shard_run.process.wait()
         shard_run.code = 128 - code if code < 0 else code  # killed: as a shell reports it
     print(f"gpuhealth run: {count} shards in {time.monotonic() - began:.1f} s")
     for shard_run in runs:
         name = _CODES.get(shard_run.code, "crashed")
         print(f"  shard {shard_run.shard}: exit {shard_run.code} ({name}): {shard_run.summary()}")
-    broken = [r for r in runs if r.code not in (0, 1)]
+    # An interrupted shard (^C: exit 2) wrote its partial reports, as pytest does: merged,
+    # they say complete: false. A shard that could not run or wrote none leaves its hosts out.
+    broken = [
+        r for r in runs if r.code not in (0, 1, 2) or not (r.folder / shards.VERDICTS).is_file()
+    ]
     if broken:
         errors: dict[tuple[int, str], list[ShardRun]] = {}
         for shard_run in broken:
@@ -202,7 +209,7 @@ def run(count: int, args: list[str], here: Path | None = None) -> int:
             named = ", ".join(f"{r.shard} (log {r.log})" for r in alike)
             print(f"shard {named} exited {code} ({_CODES.get(code, 'crashed')}):", file=sys.stderr)
             print(text, file=sys.stderr)
-        return broken[0].code
+        return next((r.code for r in broken if r.code not in (0, 1, 2)), 2)  # 2: no report
     began = time.monotonic()
     try:
         done = shards.merge(base / "merged", [r.folder for r in runs])
@@ -219,7 +226,7 @@ def run(count: int, args: list[str], here: Path | None = None) -> int:
     for shard_run in runs:
         if shard_run.code:
             print(f"  shard {shard_run.shard}'s output: {shard_run.log}")
-    return 1 if any(r.code for r in runs) else 0
+    return max(r.code for r in runs)  # 2 interrupted, else 1 tests failed, else 0
 
 
 def _run(args: argparse.Namespace) -> int:
