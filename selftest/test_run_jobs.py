@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuhealth.jobs import JobsUsageError, jobs_count, report_paths
+from gpuhealth import jobs
+from gpuhealth import report as reporting
+from gpuhealth.jobs import JobsUsageError, ShardRun, jobs_count, report_paths
 from selftest.facts import healthy_h100, write_facts
 from selftest.suite import REPO, run_suite
 from selftest.test_shards import _allure, _junit
@@ -107,3 +109,28 @@ def test_reports_go_where_pytest_args_ask_else_to_reports(tmp_path):
     }
     assert jobs_count("3") == 3
     assert jobs_count("auto") >= 1
+
+
+def test_a_merge_failure_is_exit_2_with_the_merges_message(tmp_path, monkeypatch, capsys):
+    """Two shards that both judged node1 (as shards of different fleets would): no merged
+    report, the shards' folders kept to look at."""
+
+    def start(args: list[str], count: int, base: Path) -> list[ShardRun]:
+        runs = []
+        for index in range(1, count + 1):
+            folder = base / f"shard{index}"
+            folder.mkdir(parents=True)
+            node = reporting.NodeVerdict("node1", counts={"PASS": 1})
+            reporting.write_json([node], folder / "verdicts.json", {"hosts": ["node1"]})
+            (folder / "pytest.log").write_text("1 passed in 0.10s\n")
+            runs.append(ShardRun(f"{index}/{count}", folder, subprocess.Popen(["true"])))
+        return runs
+
+    monkeypatch.setattr(jobs, "start", start)
+    assert jobs.run(2, ["--verdicts", "out/v.json"], tmp_path) == 2
+    said = capsys.readouterr()
+    assert "shard 2/2: exit 0 (ok): 1 passed in 0.10s" in said.out
+    assert "gpuhealth run: merge failed: host node1 is in" in said.err
+    assert "shards overlap" in said.err
+    assert not (tmp_path / "out/v.json").exists()
+    assert (tmp_path / "out/.gpuhealth-jobs/shard2/verdicts.json").is_file()
