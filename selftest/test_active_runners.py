@@ -675,6 +675,10 @@ def test_multi_node_logs_from_the_scheduler_are_judged_per_node_group(tmp_path):
     assert slow.read_text() in kept.read_text()
     without = run_suite(tmp_path / "w", *common, *selected, env=standin_env(tmp_path))
     assert "with --nccl-log FILE" in without.messages()["test_nccl_multinode[fleet]"]
+    missing = tmp_path / "no-such.log"
+    typo = run_suite(tmp_path / "t", *common, *selected, "--nccl-log", str(missing))
+    assert typo.rc == 4, typo.output[-3000:]
+    assert f"--nccl-log {missing}: cannot read: No such file or directory" in typo.output
 
 
 def test_collect_yml_s_load_filters_plan_from_the_inventory_and_fail_without_a_report():

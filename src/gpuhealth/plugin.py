@@ -454,6 +454,8 @@ def pytest_configure(config: pytest.Config) -> None:
                 f"gpuhealth: --prometheus-textfile-dir {textfile} is not a directory "
                 "(node_exporter's --collector.textfile.directory)"
             )
+    for log in opt.nccl_log or ():
+        _must_read(here / os.path.expanduser(log), "--nccl-log")
     config.stash[_STATE] = RunState(
         config=config,
         targets={t.name: t for t in targets},
@@ -473,6 +475,18 @@ def pytest_configure(config: pytest.Config) -> None:
         if config.pluginmanager.hasplugin("xdist"):
             groups = host_groups(targets)
             config.pluginmanager.register(XdistHostScheduling(groups), "gpuhealth-xdist")
+
+
+def _must_read(path: Path, option: str) -> None:
+    """A file the run reads at its end must be there at its start: a usage error now, not
+    an error of the test that would read it after every other has run."""
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise pytest.UsageError(
+            f"gpuhealth: {option} {path}: cannot read: {exc.strerror or exc}"
+        ) from None
 
 
 def _take_over_allure(config: pytest.Config) -> AllureResults | None:
