@@ -92,6 +92,8 @@ def test_a_usage_error_is_reported_once_with_the_shards_code(fleet):
         (["--numprocesses=2"], "--numprocesses"),
         (["--shard", "1/2"], "--shard"),
         (["--prometheus-textfile-dir=/tmp"], "--prometheus"),
+        (["--collect-only"], "--collect-only"),
+        (["--co", "-q"], "--co"),
     ],
 )
 def test_options_that_make_no_sense_with_jobs_are_refused(args, refused):

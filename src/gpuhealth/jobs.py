@@ -41,6 +41,8 @@ _REFUSED = {
     "--shard": "--jobs gives each process its shard; for CI jobs, use --shard and "
     "`gpuhealth merge` without --jobs",
     "--prometheus-textfile-dir": "each shard would write the file with its own hosts only",
+    "--collect-only": "a collection writes no report to merge: run pytest --collect-only",
+    "--co": "a collection writes no report to merge: run pytest --co",
 }
 # The report options, the name the shard and the merge write them under, and the default
 # (the suite's pytest.ini and plugin write reports/ in the folder pytest runs in).
