@@ -216,11 +216,13 @@ def _act(args: argparse.Namespace) -> int:
 
 
 def act_on_self(
-    name: str, result: Any, apply_changes: bool, say: Callable[[str], None] = print
+    name: str,
+    verdict: reporting.NodeVerdict,
+    apply_changes: bool,
+    say: Callable[[str], None] = print,
 ) -> int:
     """node-check --slurm: drain this node on FAIL, resume it on PASS if gpuhealth drained
     it; 0, or 1 when Slurm could not be read or changed (each step said through `say`)."""
-    verdict = result.verdict
     state = runs.NodeState(
         name,
         verdict.verdict,

@@ -5,7 +5,6 @@ it on an idle PASS where gpuhealth drained it), what a HealthCheckProgram is for
 from __future__ import annotations
 
 import sys
-from types import SimpleNamespace
 
 from gpuhealth.sinks import RunEnd, RunInfo, Sink, SinkError
 
@@ -29,7 +28,7 @@ class SlurmSink(Sink):
 
         (verdict,) = end.verdicts
         say = (lambda text: print(text, file=sys.stderr)) if self.quiet else print
-        if slurm.act_on_self(self.node, SimpleNamespace(verdict=verdict), self.apply, say):
+        if slurm.act_on_self(self.node, verdict, self.apply, say):
             raise SinkError(f"Slurm not told node {self.node}'s {verdict.verdict}: see above")
 
 
