@@ -32,7 +32,6 @@ __all__ = ["FailedCheck", "Verdict", "Watcher", "check", "quick_check"]
 log = logging.getLogger(__name__)
 
 NODE_STATES = (IDLE, IN_USE, AUTO)
-HEALTHY = ("PASS", "WARN")  # as node-check's exit 0 and serve's success
 # quick_check's probe deadline: a script's start should not wait node-check's 40 s for a hung
 # driver; a healthy node's probe takes a few seconds, as it waits for nothing when in use.
 QUICK_TIMEOUT_S = 20.0
@@ -161,7 +160,7 @@ def _verdict(
     node: reporting.NodeVerdict, checked_at: datetime, duration_s: float, gpu: int | None
 ) -> Verdict:
     return Verdict(
-        healthy=node.verdict in HEALTHY,
+        healthy=node.verdict in reporting.HEALTHY,
         verdict=node.verdict,
         reasons=tuple(node.reasons),
         actions=tuple(node.actions),

@@ -266,7 +266,7 @@ def _probes(collector: _Collector, chosen: nodecheck.Selection, target: Target) 
             collector.skip(command, "not run: the bundle's deadline had passed")
         return "not judged"
     result = judge_here(dataclasses.replace(chosen, timeout_s=budget), target)
-    healthy = result.verdict.verdict in ("PASS", "WARN")
+    healthy = result.verdict.verdict in reporting.HEALTHY
     duration = round(result.duration_s, 3)
     if result.facts is not None:
         collector.add(FACTS, "the probe (NVML where it loads)", _json(result.facts), exit_status=0)

@@ -132,7 +132,7 @@ def _triage(args: argparse.Namespace) -> int:
         raise BrokenPipeError("standard output was closed")  # main: as a shell says it
     if sinks.problems:  # an output not written: no verdict to act on, whatever it was
         return EXIT_BUG
-    return EXIT_PASS if reporting.overall(verdicts) in ("PASS", "WARN") else EXIT_FAIL
+    return EXIT_PASS if reporting.overall(verdicts) in reporting.HEALTHY else EXIT_FAIL
 
 
 def _host(path: Path) -> str:

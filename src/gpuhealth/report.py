@@ -336,6 +336,10 @@ def one_line(text: str, limit: int) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+# The verdicts that let a node take work: node-check's exit 0, serve's and the API's healthy.
+HEALTHY = ("PASS", "WARN")
+
+
 def overall(verdicts: list[NodeVerdict]) -> str:
     """The worst node verdict of a run; a run that judged no host checked nothing."""
     return max((v.verdict for v in verdicts), key=ORDER.__getitem__, default="NOT_CHECKED")

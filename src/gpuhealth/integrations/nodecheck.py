@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
 
 def healthy(verdict: str) -> bool:
     """Whether a verdict lets the node take work (PASS, WARN)."""
-    return verdict in ("PASS", "WARN")
+    return verdict in reporting.HEALTHY
 
 
 def deliver(

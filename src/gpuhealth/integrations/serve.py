@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from gpuhealth import report as reporting
 from gpuhealth.config import ConfigError, ProfileSet, resolve_limits
 from gpuhealth.facts import AUTO, IDLE, IN_USE
 from gpuhealth.integrations import kubelet, nodecheck
@@ -84,7 +85,6 @@ MAX_STARTUP_WAIT_S = 45.0
 REFRESH_SLACK_S = 30.0
 # A Unix socket's path, in bytes, without the NUL that ends it in sun_path (108 on Linux).
 SUN_PATH_MAX = 107
-HEALTHY = ("PASS", "WARN")
 # What an answer needs to reach a client before its deadline: a request that waits for the
 # first verdict stops waiting this long before the client would give up (and count it healthy).
 DEADLINE_MARGIN_S = 2.0
@@ -317,7 +317,7 @@ class Verdicts:
                 Action.INSPECT,
             )
         verdict = latest.verdict.verdict
-        if verdict in HEALTHY:
+        if verdict in reporting.HEALTHY:
             return Answer(True, verdict, document.node_json(), "")
         if not document.failures:  # NOT_CHECKED: nothing passed, nothing failed
             return _unhealthy(document, latest.headline(), Action.INSPECT)

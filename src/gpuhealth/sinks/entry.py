@@ -82,6 +82,6 @@ def deliver(
         if found.status not in ("PASS", "SKIP"):
             findings.append(outcome(found))
         sinks.outcome(finished(nodeid(run.entry, found), found, start, stop))
-    exit_status = 0 if reporting.overall(verdicts) in ("PASS", "WARN") else 1
+    exit_status = 0 if reporting.overall(verdicts) in reporting.HEALTHY else 1
     sinks.close(RunEnd(verdicts, findings, True, exit_status, None, finished_at, duration_s))
     return sinks
