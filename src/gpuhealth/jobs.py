@@ -27,8 +27,14 @@ from typing import Any
 from gpuhealth import shards
 
 # pytest's exit codes (pytest.ExitCode) as the summary names them.
-_CODES = {0: "ok", 1: "tests failed", 2: "interrupted", 3: "internal error", 4: "usage error"}
-_CODES[5] = "no tests collected"
+_CODES = {
+    0: "ok",
+    1: "tests failed",
+    2: "interrupted",
+    3: "internal error",
+    4: "usage error",
+    5: "no tests collected",
+}
 # The shards' folders, next to the requested verdicts.json: kept after the run for the logs.
 FOLDER = ".gpuhealth-jobs"
 LOG = "pytest.log"
